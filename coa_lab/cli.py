@@ -1,0 +1,84 @@
+"""`coa-lab` command line: one subcommand per stage.
+
+    coa-lab demo                                 # the whole recipe, cpu-tiny, into runs/demo
+    coa-lab capture --preset cpu-smoke --run runs/try
+    coa-lab sft --run runs/try --set sft.epochs=1
+    coa-lab exec program.py --timeout 5          # run a file in the code sandbox
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from coa_lab.config import PRESETS, get_preset
+from coa_lab.paths import runs_dir
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict]:
+    """["rl.steps=2", "model.name=Qwen/Qwen2.5-3B-Instruct"] -> {"rl": {"steps": 2}, ...}"""
+    out: dict[str, dict] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        section, dot, fld = key.partition(".")
+        if not sep or not dot:
+            raise SystemExit(f"--set expects section.field=value, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw  # bare strings need no quotes
+        out.setdefault(section, {})[fld] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="coa-lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_ in [("capture", "run the multi-agent teacher and record every activation"),
+                        ("distill", "convert teacher runs to CoA trajectories and filter them"),
+                        ("sft", "observation-masked SFT on the kept trajectories"),
+                        ("rl", "DAPO RL with multi-turn tool rollouts"),
+                        ("eval", "score base / SFT / RL models on held-out tasks"),
+                        ("demo", "all stages, then runs/<name>/report.md")]:
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--preset", default="cpu-smoke" if name != "demo" else "cpu-tiny", choices=sorted(PRESETS))
+        p.add_argument("--run", type=Path, default=None, help="run folder (default: runs/<preset> or runs/demo)")
+        p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
+    p = sub.add_parser("exec", help="run a Python file in the code sandbox; prints one JSON object")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = sub.add_parser("report", help="rewrite report.md and plots of a run folder")
+    p.add_argument("run", type=Path)
+
+    args = parser.parse_args(argv)
+    if args.command == "exec":
+        from coa_lab.tools.sandbox import exec_main
+
+        return exec_main(args.rest)
+    if args.command == "report":
+        from coa_lab.report import write_report
+
+        print(write_report(args.run))
+        return 0
+
+    from coa_lab import pipeline
+
+    try:
+        preset = get_preset(args.preset, **parse_overrides(args.set))
+    except ValueError as exc:
+        raise SystemExit(f"coa-lab: {exc}") from None
+    run = args.run or runs_dir() / ("demo" if args.command == "demo" else preset.name)
+    if args.command == "demo":
+        pipeline.run_all(preset, run)
+        return 0
+    stage = {"capture": pipeline.capture, "distill": pipeline.distill, "sft": pipeline.sft,
+             "rl": pipeline.rl, "eval": pipeline.evaluate_stage}[args.command]
+    run.mkdir(parents=True, exist_ok=True)
+    summary = stage(preset, run)
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("losses", "metrics")}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Presets: the ONLY place where scale differs.
+
+The same functions run a laptop-CPU demo, a 3B QLoRA run on one GPU and a multi-node 32B
+run; a preset is a tree of dataclasses and nothing else reads hidden settings. Pick one by
+name and override fields:
+
+    preset = get_preset("cpu-tiny", sft={"epochs": 1}, rl={"steps": 2})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
+
+
+@dataclass
+class ModelConfig:
+    name: str = EMBEDDED_MODEL  # "embedded:...", a local path, or any Hugging Face model id
+    dtype: str = "float32"  # CPU: float32 (bf16 autocast is slower to converge at this size)
+    load_in_4bit: bool = False  # QLoRA through bitsandbytes (GPU extra)
+    use_unsloth: bool = False  # unsloth's fused kernels (GPU extra)
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class GenerationConfig:
+    backend: str = "hf"  # "hf" (transformers generate) or "vllm" (GPU extra)
+    max_new_tokens: int = 160  # per turn: generation pauses at every tool call
+    max_turns: int = 4  # tool calls + final answer
+    max_response_tokens: int = 512  # whole trajectory budget (model + observation tokens)
+    temperature: float = 0.7
+    top_p: float = 1.0
+    batch_size: int = 16
+    observation_chars: int = 600  # tool output is truncated before it enters the context
+
+
+@dataclass
+class CaptureConfig:
+    tasks_per_suite: int = 8
+    max_hops: int = 2  # tool-agent activations per teacher run
+    teacher_model: str | None = None  # None: the preset's model; or any model name / path
+    teacher_max_new_tokens: int = 96
+
+
+@dataclass
+class DistillConfig:
+    min_tool_calls: int = 1  # complexity filter: at least one tool hop ...
+    max_tool_calls: int = 8  # ... and a bounded number
+    imported_per_suite: int = 24  # real external trajectories (FireAct, ToRA) seeded in
+    max_trajectory_tokens: int = 640
+
+
+@dataclass
+class SFTConfig:
+    epochs: float = 2.0
+    learning_rate: float = 2e-4  # LoRA; the paper's full fine-tune uses 1e-5 .. 3e-5
+    batch_size: int = 4
+    grad_accum: int = 1
+    max_length: int = 640
+    warmup_ratio: float = 0.05
+
+
+@dataclass
+class RLConfig:
+    steps: int = 3
+    prompts_per_step: int = 4
+    group_size: int = 4  # the paper uses 8
+    learning_rate: float = 2e-5  # LoRA; the paper's full-model lr is 1e-6
+    clip_low: float = 0.2  # DAPO clip-higher: asymmetric range
+    clip_high: float = 0.28
+    mini_batches: int = 2  # >1 makes the ratio move off 1 and clipping matter
+    dynamic_sampling: bool = True
+    max_sampling_rounds: int = 2  # extra draws to refill groups that had no signal
+    overlong_buffer: int = 128  # soft overlong punishment window before max_response_tokens
+    overlong_filter: bool = True  # mask truncated samples out of the loss
+    temperature: float = 1.0
+    pool_size: int = 64  # training questions drawn from the train split
+
+
+@dataclass
+class EvalConfig:
+    tasks_per_suite: int = 10
+    samples: int = 1  # k for pass@k / avg@k; 1 = greedy
+    temperature: float = 0.0
+
+
+@dataclass
+class Preset:
+    name: str
+    suites: tuple[str, ...] = ("math", "mhqa")
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    gen: GenerationConfig = field(default_factory=GenerationConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _cpu_tiny() -> Preset:
+    return Preset(name="cpu-tiny")
+
+
+def _cpu_smoke() -> Preset:
+    """The test suite's and notebooks' smoke mode: every stage runs, as small as it can."""
+    return Preset(
+        name="cpu-smoke",
+        gen=GenerationConfig(max_new_tokens=48, max_turns=2, max_response_tokens=160, batch_size=8),
+        capture=CaptureConfig(tasks_per_suite=2, max_hops=1, teacher_max_new_tokens=32),
+        distill=DistillConfig(imported_per_suite=4, max_trajectory_tokens=320),
+        sft=SFTConfig(epochs=1, batch_size=4, max_length=320),
+        rl=RLConfig(steps=1, prompts_per_step=2, group_size=2, max_sampling_rounds=0, overlong_buffer=32, pool_size=8),
+        eval=EvalConfig(tasks_per_suite=2),
+    )
+
+
+def _gpu_3b_qlora() -> Preset:
+    """One GPU: Qwen2.5-3B-Instruct, 4-bit QLoRA, vLLM rollouts, the paper's group size."""
+    return Preset(
+        name="gpu-3b-qlora",
+        model=ModelConfig(name="Qwen/Qwen2.5-3B-Instruct", dtype="bfloat16", load_in_4bit=True,
+                          use_unsloth=True, lora_r=64, lora_alpha=128, gradient_checkpointing=True),
+        gen=GenerationConfig(backend="vllm", max_new_tokens=1024, max_turns=8,
+                             max_response_tokens=8192, batch_size=256, observation_chars=1500),
+        capture=CaptureConfig(tasks_per_suite=2000, max_hops=6, teacher_max_new_tokens=1024),
+        distill=DistillConfig(imported_per_suite=2000, max_trajectory_tokens=8192),
+        sft=SFTConfig(epochs=3, learning_rate=1e-4, batch_size=4, grad_accum=8, max_length=8192, warmup_ratio=0.03),
+        rl=RLConfig(steps=200, prompts_per_step=32, group_size=8, learning_rate=1e-6,
+                    mini_batches=4, max_sampling_rounds=4, overlong_buffer=1024, pool_size=20000),
+        eval=EvalConfig(tasks_per_suite=500, samples=3, temperature=0.6),
+    )
+
+
+def _multinode_32b() -> Preset:
+    """Many nodes: full 32B fine-tune under accelerate + DeepSpeed ZeRO-3, vLLM server with
+    tensor parallelism for generation (launch with `accelerate launch`, see docs/scaling.md)."""
+    return Preset(
+        name="multinode-32b",
+        model=ModelConfig(name="Qwen/Qwen2.5-32B-Instruct", dtype="bfloat16", lora_r=0,
+                          gradient_checkpointing=True),
+        gen=GenerationConfig(backend="vllm", max_new_tokens=4096, max_turns=25,
+                             max_response_tokens=30000, batch_size=512, observation_chars=1500),
+        capture=CaptureConfig(tasks_per_suite=20000, max_hops=12, teacher_max_new_tokens=4096),
+        distill=DistillConfig(imported_per_suite=0, max_trajectory_tokens=32768),
+        sft=SFTConfig(epochs=3, learning_rate=2e-5, batch_size=1, grad_accum=16, max_length=32768, warmup_ratio=0.03),
+        rl=RLConfig(steps=300, prompts_per_step=64, group_size=8, learning_rate=1e-6,
+                    mini_batches=8, max_sampling_rounds=8, overlong_buffer=4096, pool_size=100000),
+        eval=EvalConfig(tasks_per_suite=1000, samples=16, temperature=0.6),
+    )
+
+
+PRESETS = {
+    "cpu-tiny": _cpu_tiny,
+    "cpu-smoke": _cpu_smoke,
+    "gpu-3b-qlora": _gpu_3b_qlora,
+    "multinode-32b": _multinode_32b,
+}
+
+
+def get_preset(name: str = "cpu-tiny", **overrides: dict[str, Any] | Any) -> Preset:
+    """A fresh preset by name, with per-section overrides: get_preset("cpu-tiny", rl={"steps": 1})."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    preset = PRESETS[name]()
+    for section, values in overrides.items():
+        if not hasattr(preset, section):
+            raise ValueError(f"preset has no section {section!r}")
+        current = getattr(preset, section)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(values, dict):
+                raise ValueError(f"override for {section!r} must be a dict of fields")
+            names = {f.name for f in dataclasses.fields(current)}
+            unknown = set(values) - names
+            if unknown:
+                raise ValueError(f"{section} has no field(s) {sorted(unknown)}; fields: {sorted(names)}")
+            setattr(preset, section, dataclasses.replace(current, **values))
+        else:
+            setattr(preset, section, values)
+    return preset

@@ -1,0 +1,110 @@
+"""Stage 5, evaluation: run the single CoA model on held-out tasks and score it with the SAME
+scorer RL rewards with.
+
+Metrics per suite: accuracy (avg@k; pass@1 when k = 1), unbiased pass@k, answered rate,
+format validity (protocol.validate), tokens and tool calls per success, and the cost of the
+multi-agent teacher vs the single model on the same tasks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from math import comb
+from pathlib import Path
+
+from coa_lab import protocol
+from coa_lab.agents.coa_runner import run_coa
+from coa_lab.config import Preset
+from coa_lab.tasks.scorers import score
+from coa_lab.trajectories import TrajectoryRecord, save_records
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k) for n samples, c correct."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+@dataclass
+class SuiteResult:
+    suite: str
+    tasks: int
+    samples: int
+    accuracy: float  # mean score over all samples (avg@k)
+    pass_at_k: float
+    answered: float  # fraction of samples with a closed <answer>
+    format_valid: float  # fraction with no grammar violation
+    tokens_per_sample: float  # prompt + response tokens (one KV-cached context)
+    tokens_per_success: float | None
+    tool_calls_per_success: float | None
+    tool_calls_per_sample: float
+
+
+@dataclass
+class EvalResult:
+    label: str
+    suites: dict[str, SuiteResult] = field(default_factory=dict)
+    records: list[TrajectoryRecord] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {name: asdict(s) for name, s in self.suites.items()}
+
+
+def evaluate(generator, tasks_by_suite: dict[str, list], tools, preset: Preset, label: str = "model",
+             samples: int | None = None) -> EvalResult:
+    k = samples or preset.eval.samples
+    temperature = preset.eval.temperature if k == 1 else max(preset.eval.temperature, 0.6)
+    result = EvalResult(label)
+    for suite, tasks in tasks_by_suite.items():
+        rollouts = run_coa(generator, tasks, tools, preset.gen, samples=k, temperature=temperature)
+        scores, valid, answered, tokens, calls = [], [], [], [], []
+        for r in rollouts:
+            answer = protocol.final_answer(r.text)
+            s = score(r.task, answer)
+            scores.append(s)
+            answered.append(answer is not None)
+            valid.append(not protocol.validate(r.text, r.task.profile))
+            tokens.append(len(r.prompt_ids) + len(r.response_ids))
+            calls.append(r.tool_calls)
+            result.records.append(TrajectoryRecord(
+                id=f"{label}-{r.task.id}-{len(result.records)}", task_id=r.task.id, source=f"eval:{label}",
+                profile=r.task.profile, question=r.task.question, answers=list(r.task.answers), text=r.text,
+                reward=s, n_tokens=len(r.response_ids), n_tool_calls=r.tool_calls,
+                metadata={"finish": r.finish, "valid": valid[-1], "predicted": answer},
+            ))
+        wins = [i for i, s in enumerate(scores) if s == 1.0]
+        per_task = [scores[i * k : (i + 1) * k] for i in range(len(tasks))]
+        n = max(1, len(scores))
+        result.suites[suite] = SuiteResult(
+            suite=suite, tasks=len(tasks), samples=k,
+            accuracy=sum(scores) / n,
+            pass_at_k=sum(pass_at_k(k, sum(1 for x in t if x == 1.0), k) for t in per_task) / max(1, len(per_task)),
+            answered=sum(answered) / n,
+            format_valid=sum(valid) / n,
+            tokens_per_sample=sum(tokens) / n,
+            tokens_per_success=(sum(tokens[i] for i in wins) / len(wins)) if wins else None,
+            tool_calls_per_success=(sum(calls[i] for i in wins) / len(wins)) if wins else None,
+            tool_calls_per_sample=sum(calls) / n,
+        )
+    return result
+
+
+def save_eval(result: EvalResult, out_dir: str | Path) -> None:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{result.label}.json").write_text(json.dumps(result.summary(), indent=2))
+    save_records(result.records, out_dir / f"{result.label}_trajectories.jsonl")
+
+
+def teacher_cost(runs) -> dict:
+    """Tokens the multi-agent teacher spent per task: every agent re-reads its own context."""
+    if not runs:
+        return {"runs": 0}
+    return {
+        "runs": len(runs),
+        "tokens_per_task": sum(r.tokens for r in runs) / len(runs),
+        "agent_calls_per_task": sum(len(r.activations) for r in runs) / len(runs),
+        "tool_calls_per_task": sum(r.tool_calls for r in runs) / len(runs),
+    }

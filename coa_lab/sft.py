@@ -1,0 +1,119 @@
+"""Stage 3, masked SFT: learn the CoA trajectories, never the tool outputs.
+
+The whole idea is ONE function, `encode_example`: render prompt + trajectory, tokenize
+with character offsets, and set the label of every token that overlaps the prompt or an
+<observation> span to -100 (PyTorch's ignore index). Offsets instead of marker-token
+matching make the mask independent of how BPE merges `</` with its neighbours (the AFM
+release's issue #15). RL reuses the same span logic through the rollout masks.
+
+Training itself is transformers' Trainer on the pre-tokenized (input_ids, labels) rows, with
+a LoRA (CPU, one GPU) or the full model (multi-node preset, under `accelerate launch` with
+DeepSpeed/FSDP). Why not TRL's SFTTrainer: in TRL 1.15 its loss always goes through a fused
+LM head built on Triton kernels (trl/trainer/utils.py), which CPU builds of torch lack, so
+it cannot run the laptop demo; the plain Trainer runs the same code on CPU and GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from coa_lab.agents.coa_runner import task_messages
+from coa_lab.config import Preset
+from coa_lab.protocol import PROFILE_TOOLS, observation_spans
+from coa_lab.trajectories import TrajectoryRecord
+
+IGNORE_INDEX = -100  # positions the cross-entropy loss skips
+
+
+def encode_example(tokenizer, messages: list[dict], trajectory: str, max_length: int | None = None) -> dict:
+    """(input_ids, labels) for one trajectory; labels are -100 on prompt and observation tokens."""
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    eos = tokenizer.eos_token or ""
+    full = prompt + trajectory + eos  # the model must also learn to stop after </answer>
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    spans = [(s + len(prompt), e + len(prompt)) for s, e in observation_spans(trajectory)]
+    labels, n_obs = [], 0
+    for tok_id, (start, end) in zip(enc["input_ids"], enc["offset_mapping"]):
+        in_prompt = start < len(prompt)
+        in_obs = any(start < e and end > s for s, e in spans)  # any overlap masks the token
+        n_obs += in_obs and not in_prompt
+        labels.append(IGNORE_INDEX if in_prompt or in_obs else tok_id)
+    ids = enc["input_ids"]
+    if max_length is not None:
+        ids, labels = ids[:max_length], labels[:max_length]
+    return {"input_ids": ids, "labels": labels, "n_observation_tokens": n_obs}
+
+
+def record_messages(rec: TrajectoryRecord) -> list[dict]:
+    """The prompt a record is trained under: exactly the one rollouts and eval use."""
+    return task_messages(rec.profile, rec.question, list(PROFILE_TOOLS[rec.profile]))
+
+
+def pad_batch(rows: list[dict], pad_id: int) -> dict:
+    """Right-pad a list of (input_ids, labels) rows; padding gets label -100 and attention 0."""
+    import torch
+
+    width = max(len(r["input_ids"]) for r in rows)
+    ids = [r["input_ids"] + [pad_id] * (width - len(r["input_ids"])) for r in rows]
+    labels = [r["labels"] + [IGNORE_INDEX] * (width - len(r["labels"])) for r in rows]
+    attn = [[1] * len(r["input_ids"]) + [0] * (width - len(r["input_ids"])) for r in rows]
+    return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "attention_mask": torch.tensor(attn)}
+
+
+@dataclass
+class SFTResult:
+    adapter_dir: Path
+    losses: list[float]
+    n_examples: int
+    trained_tokens: int  # tokens with a label (the loss sees these)
+    masked_observation_tokens: int
+
+
+def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Path) -> SFTResult:
+    """Fine-tune the preset's model on `records` with observation masking; saves the adapter."""
+    import torch
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    from coa_lab.models import load_model
+
+    if not records:
+        raise ValueError("no trajectories to train on: distillation kept none (see the filter report)")
+    out_dir = Path(out_dir)
+    model, tokenizer = load_model(preset.model, trainable=True)
+    rows, masked_obs = [], 0
+    for rec in records:
+        ex = encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length)
+        masked_obs += ex.pop("n_observation_tokens")
+        rows.append(ex)
+    dataset = Dataset.from_list(rows)
+    cuda = torch.cuda.is_available()
+    args = TrainingArguments(
+        output_dir=str(out_dir / "trainer"),
+        num_train_epochs=preset.sft.epochs,
+        per_device_train_batch_size=preset.sft.batch_size,
+        gradient_accumulation_steps=preset.sft.grad_accum,
+        learning_rate=preset.sft.learning_rate,
+        warmup_steps=preset.sft.warmup_ratio,  # transformers 5: a float < 1 is a ratio
+        lr_scheduler_type="cosine",
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        remove_unused_columns=False,
+        bf16=cuda and preset.model.dtype == "bfloat16",
+        use_cpu=not cuda,
+        seed=preset.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=dataset,
+                      data_collator=lambda rows: pad_batch(rows, tokenizer.pad_token_id))
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    adapter_dir = out_dir / "adapter"
+    trainer.model.save_pretrained(adapter_dir)
+    tokenizer.save_pretrained(adapter_dir)
+    trained = sum(sum(1 for label in r["labels"] if label != IGNORE_INDEX) for r in rows)
+    return SFTResult(adapter_dir, losses, len(rows), trained, masked_obs)
+

@@ -1,0 +1,96 @@
+"""Shipped data hygiene: no train/eval leakage, corpus covers HotpotQA evidence,
+provenance files present, and every gold answer scores 1.0 against itself."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pytest
+
+from coa_lab.paths import DATASETS_DIR
+from coa_lab.tasks import load_suite, normalize_answer, score
+
+TRAJECTORIES = DATASETS_DIR / "trajectories"
+
+
+def _trajectory_questions() -> dict[str, set[str]]:
+    fireact = [json.loads(l)["messages"][0]["content"] for l in (TRAJECTORIES / "fireact_hotpotqa_react.jsonl").open()]
+    tora_rows = [json.loads(l) for l in (TRAJECTORIES / "tora70b_gsm8k.jsonl").open()]
+    return {
+        "questions": {normalize_answer(q) for q in fireact + [r["question"] for r in tora_rows]},
+        "ids": {f"gsm8k-test-{r['idx']}" for r in tora_rows},
+    }
+
+
+@pytest.fixture(scope="module")
+def eval_tasks():
+    return load_suite("math", "eval") + load_suite("mhqa", "eval")
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    with gzip.open(DATASETS_DIR / "corpus" / "wiki_passages.jsonl.gz", "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_train_pools_and_trajectories_disjoint_from_eval(eval_tasks):
+    eval_ids = {t.id for t in eval_tasks}
+    eval_q = {normalize_answer(t.question) for t in eval_tasks}
+    train = load_suite("math", "train") + load_suite("mhqa", "train")
+    assert not eval_ids & {t.id for t in train}
+    assert not eval_q & {normalize_answer(t.question) for t in train}
+    traj = _trajectory_questions()
+    assert not eval_q & traj["questions"]
+    assert not eval_ids & traj["ids"]
+
+
+def test_no_duplicate_ids_within_files():
+    for name in ("math", "mhqa"):
+        for split in ("train", "eval"):
+            ids = [t.id for t in load_suite(name, split)]
+            assert len(ids) == len(set(ids)), (name, split)
+
+
+def test_corpus_shape_and_dedup(corpus):
+    assert len(corpus) >= 10_000
+    assert all(set(p) == {"id", "title", "text"} and p["text"] for p in corpus)
+    assert len({(p["title"], p["text"]) for p in corpus}) == len(corpus)
+    assert len({p["id"] for p in corpus}) == len(corpus)
+
+
+def test_corpus_has_every_supporting_paragraph(corpus):
+    by_id = {p["id"]: p for p in corpus}
+    for task in load_suite("mhqa", "train") + load_suite("mhqa", "eval"):
+        support = task.metadata["supporting"]
+        assert len(support) >= 2, task.id
+        for s in support:
+            assert s["passage_id"] in by_id, (task.id, s)
+            assert by_id[s["passage_id"]]["title"] == s["title"]
+
+
+def test_every_source_json_is_present_and_parseable():
+    data_files = [p for p in DATASETS_DIR.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".gz")]
+    assert data_files
+    for path in data_files:
+        source = path.parent / "SOURCE.json"
+        assert source.exists(), f"{path} has no SOURCE.json next to it"
+        entries = json.loads(source.read_text(encoding="utf-8"))
+        entry = next((e for e in entries if e["file"] == path.name), None)
+        assert entry is not None, f"{source} does not describe {path.name}"
+        assert entry["subset"] and entry["origins"]
+        assert all(o["source_repo"] and o["commit"] and o["license"] for o in entry["origins"])
+        assert entry["size_bytes"] == path.stat().st_size
+
+
+def test_datasets_stay_lean():
+    total = sum(p.stat().st_size for p in DATASETS_DIR.rglob("*") if p.is_file())
+    assert total <= 25 * 1024 * 1024
+
+
+@pytest.mark.parametrize("name, split", [("math", "train"), ("math", "eval"), ("mhqa", "train"), ("mhqa", "eval")])
+def test_gold_answers_score_one(name, split):
+    for task in load_suite(name, split):
+        for gold in task.answers:
+            assert score(task, gold) == 1.0, (task.id, gold)
+            if task.profile == "math":
+                assert score(task, f"\\boxed{{{gold}}}") == 1.0, (task.id, gold)
