@@ -4,6 +4,8 @@
     coa-lab capture --preset cpu-smoke --run runs/try
     coa-lab sft --run runs/try --set sft.epochs=1
     coa-lab exec program.py --timeout 5          # run a file in the code sandbox
+    coa-lab data inspect datasets/math/gsm8k/eval.jsonl
+    coa-lab eval --policy gold --suite datasets/math # harness self-test: 100% expected
 """
 
 from __future__ import annotations
@@ -46,7 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--preset", default="cpu-smoke" if name != "demo" else "cpu-tiny", choices=sorted(PRESETS))
         p.add_argument("--run", type=Path, default=None, help="run folder (default: runs/<preset> or runs/demo)")
         p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
+        if name == "eval":
+            p.add_argument("--policy", default="model", choices=["model", "gold"],
+                           help="gold: answer every task with its own label (harness self-test)")
+            p.add_argument("--suite", help="with --policy gold: a task file, folder, or suite name")
+            p.add_argument("--workers", type=int, default=8, help="with --policy gold: parallel graders")
     p = sub.add_parser("exec", help="run a Python file in the code sandbox; prints one JSON object")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = sub.add_parser("data", help="`data inspect PATH`: how the lab reads a task file")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p = sub.add_parser("report", help="rewrite report.md and plots of a run folder")
     p.add_argument("run", type=Path)
@@ -56,6 +65,18 @@ def main(argv: list[str] | None = None) -> int:
         from coa_lab.tools.sandbox import exec_main
 
         return exec_main(args.rest)
+    if args.command == "data":
+        from coa_lab.tasks.inspect import data_inspect_main
+
+        if not args.rest or args.rest[0] != "inspect":
+            raise SystemExit("usage: coa-lab data inspect PATH")
+        return data_inspect_main(args.rest[1:])
+    if args.command == "eval" and args.policy == "gold":
+        from coa_lab.tasks.inspect import gold_main
+
+        if not args.suite:
+            raise SystemExit("coa-lab eval --policy gold needs --suite PATH")
+        return gold_main(["--suite", args.suite, "--workers", str(args.workers)])
     if args.command == "report":
         from coa_lab.report import write_report
 

@@ -22,7 +22,9 @@ from coa_lab.trajectories import TrajectoryRecord, save_records
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k) for n samples, c correct."""
-    if n - c < k:
+    if not 0 < k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 < k <= n and 0 <= c <= n, got n={n} c={c} k={k}")
+    if n - c < k:  # every draw of k samples contains a correct one
         return 1.0
     return 1.0 - comb(n - c, k) / comb(n, k)
 

@@ -52,10 +52,12 @@ def _cut_at_stop(tokenizer, ids: list[int], stops: Sequence[str]) -> tuple[list[
 class HFGenerator:
     """Batched transformers generation with stop strings, on whatever device the model is."""
 
-    def __init__(self, model, tokenizer, batch_size: int = 16):
+    def __init__(self, model, tokenizer, batch_size: int = 16, compute=None):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        # a context-manager factory for the forward passes (coa_lab.models.compute_context)
+        self.compute = compute
 
     def generate(
         self,
@@ -83,6 +85,9 @@ class HFGenerator:
         kwargs = dict(
             max_new_tokens=max_new_tokens, do_sample=sampling, pad_token_id=pad,
             eos_token_id=tok.eos_token_id,
+            # explicit: enabling gradient checkpointing for training flips config.use_cache
+            # off, and generating without a KV cache recomputes the whole prefix every token
+            use_cache=True,
         )
         if sampling:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
@@ -90,7 +95,9 @@ class HFGenerator:
             kwargs.update(stop_strings=list(stop), tokenizer=tok)
         was_training = self.model.training
         self.model.eval()
-        with torch.no_grad():
+        import contextlib
+
+        with torch.no_grad(), (self.compute() if self.compute else contextlib.nullcontext()):
             seqs = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
         if was_training:
             self.model.train()

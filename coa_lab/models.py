@@ -95,6 +95,20 @@ def _torch_dtype(name: str):
         raise ModelLoadError(f"unknown dtype {name!r}; use float32, bfloat16 or float16") from None
 
 
+def compute_context(model, cfg: ModelConfig):
+    """bf16 autocast on CPU when the preset asks for it (fp32 weights, bf16 matmuls: measured
+    2.4x faster forward and 2.5x faster forward+backward on a 2-core machine); a no-op on GPU,
+    where GPU presets load bf16 weights directly."""
+    import contextlib
+
+    import torch
+
+    device = next(model.parameters()).device
+    if cfg.cpu_autocast_bf16 and device.type == "cpu":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 

@@ -39,7 +39,8 @@ def tasks_for(preset: Preset, split: str, n: int, offset: int = 0) -> list:
 
     out = []
     for suite in preset.suites:
-        tasks = load_suite(suite, split)
+        benchmark = preset.eval.benchmarks.get(suite) if split == "eval" else None
+        tasks = load_suite(suite, split, benchmark=benchmark)
         random.Random(preset.seed).shuffle(tasks)
         out.extend(tasks[offset : offset + n])
     return out
@@ -57,11 +58,11 @@ def _generator(preset: Preset, adapter: Path | None = None, model_name: str | No
     import dataclasses
 
     from coa_lab.llm import HFGenerator
-    from coa_lab.models import load_model
+    from coa_lab.models import compute_context, load_model
 
     cfg = preset.model if model_name is None else dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
     model, tokenizer = load_model(cfg, adapter=adapter)
-    return HFGenerator(model, tokenizer, preset.gen.batch_size)
+    return HFGenerator(model, tokenizer, preset.gen.batch_size, compute=lambda: compute_context(model, cfg))
 
 
 # ------------------------------------------------------------------------------- stages
@@ -103,8 +104,9 @@ def distill(preset: Preset, run: Path) -> dict:
     n_imp = preset.distill.imported_per_suite
     if n_imp > 0:
         for path in sorted((DATASETS_DIR / "trajectories").glob("*.jsonl")):
-            imported = load_imported(path)
-            for imp in [i for i in imported if i.profile in preset.suites][:n_imp]:
+            imported = [i for i in load_imported(path) if i.profile in preset.suites]
+            random.Random(preset.seed).shuffle(imported)  # files are not ordered by kind
+            for imp in imported[:n_imp]:
                 tid = f"{imp.source}-{imp.task_id}"
                 tasks_by_id[tid] = Task(tid, imp.question, list(imp.gold), imp.source, imp.profile, {})
                 records.append(TrajectoryRecord(tid, tid, imp.source, imp.profile, imp.question, list(imp.gold), imp.text))

@@ -15,24 +15,48 @@ TOOL_HELP = {
     "crawl_page": "<crawl_page>url1 | url2</crawl_page> reads web pages",
 }
 
+# Templates, not worked examples: a small model copies a concrete example's answer into
+# every reply (the demo's first SFT model answered "Kapuskasing" to everything).
 EXAMPLES = {
     "mhqa": (
-        "<think>I need the birthplace of the director.</think>\n"
-        "<wiki_search>director of Titanic 1997</wiki_search>\n"
-        "<observation>\n(1) Titanic (1997 film): directed by James Cameron ...\n</observation>\n"
-        "<think>James Cameron was born in Kapuskasing.</think>\n"
-        "<answer>Kapuskasing</answer>"
+        "<think>what I need to find</think>\n"
+        "<wiki_search>a search query</wiki_search>\n"
+        "<observation>\nsearch results\n</observation>\n"
+        "<think>what the results show</think>\n"
+        "<answer>short answer</answer>"
     ),
     "math": (
-        "<plan>Compute the total cost.</plan>\n"
-        "<think>3 pens at $2 each.</think>\n"
-        "<code>\n```python\nprint(3 * 2)\n```\n</code>\n"
-        "<observation>\n6\n</observation>\n"
-        "<think>The total is 6.</think>\n"
-        "<answer>\\boxed{6}</answer>"
+        "<plan>the steps</plan>\n"
+        "<think>what to compute</think>\n"
+        "<code>\n```python\nprint(...)\n```\n</code>\n"
+        "<observation>\nprinted output\n</observation>\n"
+        "<think>what the output means</think>\n"
+        "<answer>\\boxed{number}</answer>"
+    ),
+    # The web agent's verification loop (paper-facts.md): a suggested answer is always
+    # double-checked before it becomes the answer.
+    "web": (
+        "<think>what I need to find</think>\n"
+        "<plan>the steps</plan>\n"
+        "<web_search>a search query</web_search>\n"
+        "<observation>\nsearch results\n</observation>\n"
+        "<think>which page to read</think>\n"
+        "<crawl_page>a url</crawl_page>\n"
+        "<observation>\npage summary\n</observation>\n"
+        "<think>what the page shows</think>\n"
+        "<suggested_answer>short answer</suggested_answer>\n"
+        "<double_check>how the suggested answer was checked; score: 4</double_check>\n"
+        "<answer>short answer</answer>"
     ),
 }
 EXAMPLES["code"] = EXAMPLES["math"]
+
+# Only the web agent verifies (GRAMMAR["web"] in coa_lab.protocol enforces the same rule).
+VERIFY_RULE = (
+    "Before answering, give a <suggested_answer>, then a <double_check> that grades it with a score "
+    "from 1 (surely wrong) to 4 (surely right). With 3 or 4, write the <answer>; with 1 or 2, "
+    "<think> and <plan> again."
+)
 
 
 def coa_system_prompt(profile: str, tools: list[str] | None = None) -> str:
@@ -42,11 +66,13 @@ def coa_system_prompt(profile: str, tools: list[str] | None = None) -> str:
     tools = list(tools) if tools is not None else list(PROFILE_TOOLS[profile])
     tool_lines = "\n".join(f"- {TOOL_HELP.get(t, f'<{t}>input</{t}>')}" for t in tools)
     example = EXAMPLES.get(profile, EXAMPLES["mhqa"])
+    rules = VERIFY_RULE + "\n" if profile == "web" else ""
     return (
         "You solve tasks step by step with tagged blocks: <plan> to plan, <think> to reason, "
         "a tool block to act, <reflection> to check your progress, <answer> for the final answer. "
         "After a tool block, stop: its result comes back in <observation>.\n"
-        f"Tools:\n{tool_lines}\nExample:\n{example}"
+        f"{rules}"
+        f"Tools:\n{tool_lines}\nFormat:\n{example}"
     )
 
 

@@ -169,6 +169,14 @@ def block(tag: str, content: str) -> str:
     return f"<{tag}>{content}</{tag}>"
 
 
+def escape_tags(text: str, tools: Iterable[str] = DEFAULT_TOOLS) -> str:
+    """Neutralise CoA tags inside text that goes INTO a block (an agent's output, a tool's
+    result): `<answer>` becomes `‹answer›`, so foreign text can never end or open a block.
+    Only known tags are touched: `x < 3` in code or math stays as written."""
+    names = "|".join(re.escape(t) for t in (*ROLE_TAGS, OBSERVATION, *tools))
+    return re.sub(rf"<(/?)\s*({names})\s*>", r"‹\1\2›", text, flags=re.I)
+
+
 # ----------------------------------------------------------------------------- rollout helpers
 
 
@@ -200,23 +208,25 @@ def pending_tool_call(text: str, tools: Iterable[str] = DEFAULT_TOOLS) -> Step |
     return None
 
 
-def _boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...}, with balanced braces."""
-    idx = text.rfind("\\boxed")
-    if idx < 0:
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces balanced; None if absent."""
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
         return None
-    brace = text.find("{", idx)
+    brace = text.find("{", start)
     if brace < 0:
-        return None
+        # "\boxed 5" form: the argument runs to the next space or '$'.
+        rest = text[start:].split(None, 1)
+        return rest[1].split("$")[0].strip() if len(rest) > 1 else None
     depth = 0
-    for k in range(brace, len(text)):
-        if text[k] == "{":
+    for i in range(brace, len(text)):
+        if text[i] == "{":
             depth += 1
-        elif text[k] == "}":
+        elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[brace + 1 : k]
-    return None
+                return text[brace + 1 : i]
+    return None  # unbalanced: treat as no boxed answer rather than guess
 
 
 def final_answer(text: str) -> str | None:
@@ -226,7 +236,7 @@ def final_answer(text: str) -> str | None:
     if not answers:
         return None
     content = answers[-1].content.strip()
-    boxed = _boxed(content)
+    boxed = last_boxed(content)
     return boxed.strip() if boxed is not None else content
 
 

@@ -68,12 +68,13 @@ class SFTResult:
     n_examples: int
     trained_tokens: int  # tokens with a label (the loss sees these)
     masked_observation_tokens: int
+    total_tokens: int = 0  # every token fed forward, masked or not
+    train_seconds: float = 0.0  # the optimisation loop alone (no model loading)
 
 
 def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Path) -> SFTResult:
     """Fine-tune the preset's model on `records` with observation masking; saves the adapter."""
     import torch
-    from datasets import Dataset
     from transformers import Trainer, TrainingArguments
 
     from coa_lab.models import load_model
@@ -87,7 +88,6 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         ex = encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length)
         masked_obs += ex.pop("n_observation_tokens")
         rows.append(ex)
-    dataset = Dataset.from_list(rows)
     cuda = torch.cuda.is_available()
     args = TrainingArguments(
         output_dir=str(out_dir / "trainer"),
@@ -101,19 +101,22 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         save_strategy="no",
         report_to="none",
         remove_unused_columns=False,
-        bf16=cuda and preset.model.dtype == "bfloat16",
+        # CPU: fp32 master weights with bf16 autocast (see models.compute_context)
+        bf16=(cuda and preset.model.dtype == "bfloat16") or (not cuda and preset.model.cpu_autocast_bf16),
         use_cpu=not cuda,
         seed=preset.seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=dataset,
+    trainer = Trainer(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
                       data_collator=lambda rows: pad_batch(rows, tokenizer.pad_token_id))
-    trainer.train()
+    output = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     adapter_dir = out_dir / "adapter"
     trainer.model.save_pretrained(adapter_dir)
     tokenizer.save_pretrained(adapter_dir)
     trained = sum(sum(1 for label in r["labels"] if label != IGNORE_INDEX) for r in rows)
-    return SFTResult(adapter_dir, losses, len(rows), trained, masked_obs)
+    return SFTResult(adapter_dir, losses, len(rows), trained, masked_obs,
+                     total_tokens=int(sum(len(r["input_ids"]) for r in rows) * preset.sft.epochs),
+                     train_seconds=float(output.metrics.get("train_runtime", 0.0)))
 

@@ -9,6 +9,7 @@ import pytest
 
 from coa_lab.paths import DATASETS_DIR
 from coa_lab.tasks import load_suite, normalize_answer, score
+from coa_lab.tasks.suites import SUITE_FILES
 
 TRAJECTORIES = DATASETS_DIR / "trajectories"
 
@@ -16,15 +17,27 @@ TRAJECTORIES = DATASETS_DIR / "trajectories"
 def _trajectory_questions() -> dict[str, set[str]]:
     fireact = [json.loads(l)["messages"][0]["content"] for l in (TRAJECTORIES / "fireact_hotpotqa_react.jsonl").open()]
     tora_rows = [json.loads(l) for l in (TRAJECTORIES / "tora70b_gsm8k.jsonl").open()]
+    r1searcher = [json.loads(l)["question"] for l in (TRAJECTORIES / "r1searcher_hotpotqa_qwen.jsonl").open()]
     return {
-        "questions": {normalize_answer(q) for q in fireact + [r["question"] for r in tora_rows]},
+        "questions": {normalize_answer(q) for q in fireact + r1searcher + [r["question"] for r in tora_rows]},
         "ids": {f"gsm8k-test-{r['idx']}" for r in tora_rows},
     }
 
 
+def _all(split: str) -> dict[str, list]:
+    """Every shipped file of a split (all benchmarks, not only the defaults) -> its tasks."""
+    return {f"{suite}/{bench}": load_suite(suite, split, benchmark=bench)
+            for suite, splits in SUITE_FILES.items() for bench in splits[split]}
+
+
 @pytest.fixture(scope="module")
-def eval_tasks():
-    return load_suite("math", "eval") + load_suite("mhqa", "eval")
+def eval_files():
+    return _all("eval")
+
+
+@pytest.fixture(scope="module")
+def eval_tasks(eval_files):
+    return [t for tasks in eval_files.values() for t in tasks]
 
 
 @pytest.fixture(scope="module")
@@ -33,22 +46,26 @@ def corpus():
         return [json.loads(line) for line in fh]
 
 
-def test_train_pools_and_trajectories_disjoint_from_eval(eval_tasks):
+def test_train_pools_and_trajectories_disjoint_from_eval(eval_files, eval_tasks):
     eval_ids = {t.id for t in eval_tasks}
     eval_q = {normalize_answer(t.question) for t in eval_tasks}
-    train = load_suite("math", "train") + load_suite("mhqa", "train")
-    assert not eval_ids & {t.id for t in train}
-    assert not eval_q & {normalize_answer(t.question) for t in train}
+    train = [t for tasks in _all("train").values() for t in tasks]
+    assert {t.source for t in train} >= {"gsm8k", "hotpotqa", "mbpp"}
+    for name, tasks in eval_files.items():  # per file, so a failure names the eval set
+        assert not {t.id for t in tasks} & {t.id for t in train}, name
+        assert not {normalize_answer(t.question) for t in tasks} & {normalize_answer(t.question) for t in train}, name
     traj = _trajectory_questions()
     assert not eval_q & traj["questions"]
     assert not eval_ids & traj["ids"]
 
 
-def test_no_duplicate_ids_within_files():
-    for name in ("math", "mhqa"):
-        for split in ("train", "eval"):
-            ids = [t.id for t in load_suite(name, split)]
+def test_no_duplicate_ids_within_or_across_files(eval_tasks):
+    for split in ("train", "eval"):
+        for name, tasks in _all(split).items():
+            ids = [t.id for t in tasks]
             assert len(ids) == len(set(ids)), (name, split)
+    ids = [t.id for t in eval_tasks]
+    assert len(ids) == len(set(ids))  # ids are unique across every eval set too
 
 
 def test_corpus_shape_and_dedup(corpus):
@@ -60,6 +77,7 @@ def test_corpus_shape_and_dedup(corpus):
 
 def test_corpus_has_every_supporting_paragraph(corpus):
     by_id = {p["id"]: p for p in corpus}
+    # The default mhqa splits (HotpotQA train/eval, 2Wiki eval) must be answerable offline.
     for task in load_suite("mhqa", "train") + load_suite("mhqa", "eval"):
         support = task.metadata["supporting"]
         assert len(support) >= 2, task.id
@@ -69,7 +87,7 @@ def test_corpus_has_every_supporting_paragraph(corpus):
 
 
 def test_every_source_json_is_present_and_parseable():
-    data_files = [p for p in DATASETS_DIR.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".gz")]
+    data_files = [p for p in DATASETS_DIR.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".gz", ".parquet")]
     assert data_files
     for path in data_files:
         source = path.parent / "SOURCE.json"
@@ -84,13 +102,26 @@ def test_every_source_json_is_present_and_parseable():
 
 def test_datasets_stay_lean():
     total = sum(p.stat().st_size for p in DATASETS_DIR.rglob("*") if p.is_file())
-    assert total <= 25 * 1024 * 1024
+    assert total <= 40 * 1024 * 1024
 
 
 @pytest.mark.parametrize("name, split", [("math", "train"), ("math", "eval"), ("mhqa", "train"), ("mhqa", "eval")])
 def test_gold_answers_score_one(name, split):
+    # Raw golds (no <answer> wrapper); tests/test_gold_selftest.py covers the full answer path.
     for task in load_suite(name, split):
         for gold in task.answers:
             assert score(task, gold) == 1.0, (task.id, gold)
             if task.profile == "math":
                 assert score(task, f"\\boxed{{{gold}}}") == 1.0, (task.id, gold)
+
+
+def test_every_code_task_has_tests_and_readme_lists_every_file(eval_files):
+    readme = (DATASETS_DIR / "README.md").read_text(encoding="utf-8")
+    for name, tasks in eval_files.items():
+        assert tasks, name
+        if name.startswith("code/"):
+            assert all(t.profile == "code" and t.metadata["tests"]["cases"] for t in tasks), name
+    for suite, splits in SUITE_FILES.items():
+        for split in splits.values():
+            for rel in split.values():
+                assert f"`{rel}`" in readme, f"datasets/README.md has no row for {rel}"

@@ -1,4 +1,4 @@
-"""Importers: real FireAct / ToRA rows become well-formed CoA text; bad rows are skipped."""
+"""Importers: real FireAct / ToRA / R1-Searcher rows become well-formed CoA text; bad rows are skipped."""
 
 from __future__ import annotations
 
@@ -67,10 +67,21 @@ def test_import_file_counts_skips(tmp_path):
     assert detect_trajectory_format(TORA_ROW) == "tora"
 
 
+SHIPPED = [("fireact_hotpotqa_react.jsonl", "fireact"), ("tora70b_gsm8k.jsonl", "tora"),
+           ("r1searcher_hotpotqa_qwen.jsonl", "r1searcher")]
+
+
+def test_every_shipped_trajectory_file_is_listed():
+    # The demo pipeline imports every file in datasets/trajectories: each must be tested here.
+    assert sorted(p.name for p in (DATASETS_DIR / "trajectories").glob("*.jsonl")) == sorted(n for n, _ in SHIPPED)
+
+
 def test_shipped_trajectories_convert_and_parse():
-    for name, source in [("fireact_hotpotqa_react.jsonl", "fireact"), ("tora70b_gsm8k.jsonl", "tora")]:
-        report = import_file(DATASETS_DIR / "trajectories" / name)
-        assert len(report.trajectories) == 60 and not report.skipped
+    for name, source in SHIPPED:
+        path = DATASETS_DIR / "trajectories" / name
+        rows = sum(1 for line in path.open(encoding="utf-8") if line.strip())
+        report = import_file(path)
+        assert len(report.trajectories) == rows and not report.skipped, name
         for traj in report.trajectories:
             assert traj.source == source
             parsed = protocol.parse(traj.text)

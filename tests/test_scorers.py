@@ -83,6 +83,26 @@ def test_score_dispatch_and_reward_identity():
         assert reward(task, ans) == score(task, ans)
 
 
-def test_code_profile_is_not_scored_here():
-    with pytest.raises(NotImplementedError, match="sandbox"):
-        score(_task("code", []), "print(1)")
+def test_web_profile_uses_judge_only_when_given():
+    class Judge:
+        calls = 0
+
+        def chat(self, conversations, max_new_tokens, temperature=0.0):
+            Judge.calls += 1
+            return [type("G", (), {"text": "yes"})()]
+
+    task = _task("web", ["It started on 1 September 2022."])
+    assert score(task, "September 2022") == 0.0  # offline: exact match
+    assert score(task, "September 2022", judge=Judge()) == 1.0
+    assert reward(task, "September 2022", judge=Judge()) == 1.0
+    assert score(task, "it started on 1 september 2022", judge=Judge()) == 1.0
+    assert Judge.calls == 2  # a verbatim gold never reaches the judge
+    assert score(_task("mhqa", ["Paris"]), "City of Paris", judge=Judge()) == 0.0  # judge is web-only
+
+
+@pytest.mark.parametrize("pred, gold, expected", [
+    ("1,000,000", "1000000", 1.0), ("12 km", "12", 1.0), ("\\frac{3}{4}", "0.75", 1.0), ("\\dfrac{3}{4}", "\\frac34", 1.0),
+    ("three", "3", 0.0), ("1,000", "1", 0.0),
+])
+def test_math_numbers_with_commas_units_fractions(pred, gold, expected):
+    assert score(_task("math", [gold]), f"<answer>\\boxed{{{pred}}}</answer>") == expected

@@ -121,13 +121,24 @@ def test_non_object_row(tmp_path):
 
 def test_load_suite_shipped_sizes():
     assert len(load_suite("math", "train")) == 500
-    assert len(load_suite("math", "eval")) == 200
+    assert len(load_suite("math", "eval")) == 200 + 500 + 30 + 40  # gsm8k, math500, aime24, amc23
+    assert len(load_suite("math", "eval", benchmark="gsm8k")) == 200
+    assert len(load_suite("math", "eval", benchmark="math500")) == 500
     assert len(load_suite("mhqa", "train")) == 400
+    assert len(load_suite("mhqa", "eval")) == 400  # hotpotqa + 2wiki (answerable from the corpus)
     assert len(load_suite("mhqa", "eval", limit=5)) == 5
+    assert len(load_suite("mhqa", "eval", limit=250)) == 250  # limit spans files
+    assert len(load_suite("code", "train")) == 374
+    assert len(load_suite("code", "eval")) == 164 + 500 + 49 + 100
+    assert len(load_suite("web", "eval")) == 103 + 680
     with pytest.raises(ValueError, match="unknown suite"):
         load_suite("chess", "eval")
     with pytest.raises(ValueError, match="unknown split"):
         load_suite("math", "test")
+    with pytest.raises(ValueError, match="no eval benchmark 'gsm9k'.*math500"):
+        load_suite("math", "eval", benchmark="gsm9k")
+    with pytest.raises(DatasetError, match="no train split"):
+        load_suite("web", "train")
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="source checkout /work/shared not available")
@@ -135,6 +146,13 @@ def test_load_suite_shipped_sizes():
     ("math/gsm8k/test.jsonl", 1319), ("math/math500/test.jsonl", 500), ("afm_benchmarks/math500.parquet", 500),
     ("afm_benchmarks/aime24.parquet", 30), ("mhqa/hotpotqa_dev_ircot500/dev_subsampled.jsonl", 500),
     ("mhqa/hotpotqa_train_hipporag100/hotpotqa_train.json", 100), ("afm_benchmarks/nq_full.jsonl", 3610),
+    ("afm_benchmarks/amc23.parquet", 40), ("afm_benchmarks/livecodebench_v4.parquet", 100),
+    ("afm_benchmarks/gaia_dev_103.json", 103), ("afm_benchmarks/webwalker_main.json", 680),
+    ("math/aime2024/aime.json", 30), ("math/aime2024/aime24_test.jsonl", 30), ("math/amc23/test.jsonl", 40),
+    ("code/humaneval/HumanEval.jsonl.gz", 164), ("code/mbpp/mbpp.jsonl", 974), ("code/mbpp/mbpp_test.jsonl", 500),
+    ("mhqa/2wikimultihopqa_dev/2wiki_dev500_with_context.jsonl", 500), ("mhqa/musique_train_hipporag100/musique_train.json", 100),
+    ("mhqa/bamboogle/bamboogle.json", 125), ("mhqa/r1searcher_evalsets/musique_500.jsonl", 500),
+    ("mhqa/nq_triviaqa_popqa_subsets/popqa_test_sub1000.jsonl", 1000),
 ])
 def test_real_source_files(rel, n):
     assert len(load_tasks(SHARED / rel)) == n

@@ -139,3 +139,16 @@ def test_code_backend_selection(monkeypatch) -> None:
     monkeypatch.setenv("E2B_API_KEY", "dummy-not-used")
     tool = make_code_tool()  # auto -> remote; nothing is contacted until the first call
     assert isinstance(tool, E2BCodeTool) and tool.name == "code"
+
+
+def test_sandbox_module_reexports_code_tool_names() -> None:
+    """code_tool.py holds the tools and the CLI; the old sandbox imports keep working."""
+    from coa_lab.tools import code_tool, sandbox
+    from coa_lab.tools.sandbox import CodeTool, E2BCodeTool, exec_main, extract_code, make_code_tool
+
+    assert CodeTool is code_tool.CodeTool and E2BCodeTool is code_tool.E2BCodeTool
+    assert exec_main is code_tool.exec_main and make_code_tool is code_tool.make_code_tool
+    assert extract_code("```python\nprint(1)\n```") == "print(1)"
+    assert "CodeTool" in dir(sandbox) and callable(sandbox.run_python)
+    with pytest.raises(AttributeError):
+        sandbox.no_such_name  # noqa: B018

@@ -227,3 +227,92 @@ def test_crawl_page_http_error_and_bad_args() -> None:
     assert not obs.ok and "HTTP 404" in obs.text
     assert CrawlPage()("").text.startswith("[tool error] no URL")
     assert "not an http(s) URL" in CrawlPage()("file:///etc/passwd").text
+
+
+# ---------------------------------------------------------------- goal-directed summary
+
+from coa_lab.tools.page_summary import NOTHING, parse_crawl_arg  # noqa: E402
+
+BRIDGE = ("<html><head><title>Golden Gate Bridge</title></head><body><nav>Menu</nav>"
+          "<p>The Golden Gate Bridge is a suspension bridge in San Francisco.</p>"
+          "<p>It opened to traffic on May 27, 1937. " + "Filler sentence about fog. " * 400 + "</p></body></html>")
+
+
+class FakeReply:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class FakeBackend:
+    """Records the conversations; answers with ``reply(messages)`` or raises."""
+
+    def __init__(self, reply=None, error: Exception | None = None) -> None:
+        self.reply, self.error = reply, error
+        self.calls: list[dict] = []
+
+    def chat(self, conversations, max_new_tokens, temperature=0.0):
+        self.calls.append({"conversations": conversations, "max_new_tokens": max_new_tokens,
+                           "temperature": temperature})
+        if self.error is not None:
+            raise self.error
+        return [FakeReply(self.reply(msgs)) for msgs in conversations]
+
+
+def test_parse_crawl_arg_goal_syntax() -> None:
+    assert parse_crawl_arg("https://a.org") == (["https://a.org"], None)
+    assert parse_crawl_arg("https://a.org | https://b.org || goal: opening date") == (
+        ["https://a.org", "https://b.org"], "opening date")
+    assert parse_crawl_arg("https://a.org||when did it open") == (["https://a.org"], "when did it open")
+    assert parse_crawl_arg("https://a.org goal: the  architect") == (["https://a.org"], "the architect")
+    assert parse_crawl_arg("https://a.org ||   ") == (["https://a.org"], None)
+
+
+def test_crawl_page_summary_goes_to_backend() -> None:
+    backend = FakeBackend(reply=lambda msgs: "<think>scan the page</think> It opened on May 27, 1937.")
+    tool = CrawlPage(store={"https://gg.org/bridge": BRIDGE}, offline_only=True, summarizer=backend,
+                     summary_input_chars=2000, summary_max_new_tokens=128)
+    obs = tool("https://gg.org/bridge || goal: when did the bridge open")
+    assert obs.ok, obs.text
+    assert obs.text == ("[https://gg.org/bridge] Golden Gate Bridge\n"
+                        "[summary for goal: when did the bridge open]\nIt opened on May 27, 1937.")
+    (call,) = backend.calls
+    assert call["max_new_tokens"] == 128 and call["temperature"] == 0.0
+    (msgs,) = call["conversations"]
+    assert [m["role"] for m in msgs] == ["system", "user"] and NOTHING in msgs[0]["content"]
+    user = msgs[1]["content"]
+    assert user.startswith("Goal: when did the bridge open\nPage: https://gg.org/bridge (Golden Gate Bridge)")
+    assert "opened to traffic on May 27, 1937" in user and "Menu" not in user
+    assert "[page truncated]" in user and len(user) < 2300  # page text cut to summary_input_chars
+
+
+def test_crawl_page_summary_batches_pages_and_keeps_failures() -> None:
+    backend = FakeBackend(reply=lambda msgs: "summary of " + msgs[1]["content"].split("Page: ")[1].split()[0])
+    client = FakeClient([httpx.Response(500, text="boom")])
+    tool = CrawlPage(store={"https://a.org/1": "<p>one</p>", "https://a.org/2": "<p>two</p>"},
+                     client=client, retries=0, summarizer=backend)
+    obs = tool("https://a.org/1 | https://down.org | https://a.org/2")  # no goal: generic summary
+    assert len(backend.calls) == 1 and len(backend.calls[0]["conversations"]) == 2  # one batched call
+    assert "Goal: the main facts" in backend.calls[0]["conversations"][0][1]["content"]
+    assert "[summary]\nsummary of https://a.org/1" in obs.text
+    assert "[summary]\nsummary of https://a.org/2" in obs.text
+    assert "[https://down.org] [error]" in obs.text and not obs.ok
+
+
+@pytest.mark.parametrize("backend", [
+    FakeBackend(error=RuntimeError("teacher endpoint answered HTTP 503")),
+    FakeBackend(reply=lambda msgs: "   "),
+    type("WrongCount", (), {"chat": lambda self, c, max_new_tokens, temperature=0.0: []})(),
+])
+def test_crawl_page_summary_failure_falls_back_to_raw_text(backend) -> None:
+    tool = CrawlPage(store={"https://gg.org/bridge": BRIDGE}, offline_only=True, summarizer=backend)
+    obs = tool("https://gg.org/bridge || goal: opening date")
+    assert obs.ok  # the page itself was fetched fine
+    assert "[summary unavailable:" in obs.text and "raw page text follows" in obs.text
+    assert "suspension bridge in San Francisco" in obs.text
+    assert len(obs.text) <= tool.max_output_chars + 100
+
+
+def test_crawl_page_rejects_summarizer_without_chat() -> None:
+    with pytest.raises(TypeError, match="chat"):
+        CrawlPage(summarizer=object())
+    assert "|| goal:" in CrawlPage.description

@@ -73,6 +73,7 @@ def extract_tool_input(profile: str, output: str) -> str:
         code = (m.group(1) if m else output).strip()
         return f"```python\n{code}\n```"
     line = next((ln for ln in output.splitlines() if ln.strip()), "")
+    line = re.sub(r"</?\s*wiki_search\s*>", "", line)  # an agent echoing the tag means the query inside
     return line.strip().strip('"').removeprefix("Query:").removeprefix("query:").strip()
 
 

@@ -10,15 +10,17 @@ disappears: the CoA model keeps one growing context instead.
 
 from __future__ import annotations
 
+import re
+
 from coa_lab.agents.teacher import TeacherRun
-from coa_lab.protocol import block, wrap_observation
+from coa_lab.protocol import block, escape_tags, wrap_observation
 
 ROLE_OF_AGENT = {"planner": "plan", "thinker": "think", "reflector": "reflection", "answerer": "answer"}
 
 
 def _clean(text: str) -> str:
-    # Agents sometimes echo tags; stray angle-bracket tags would corrupt the block structure.
-    return " ".join(text.replace("<", "(").replace(">", ")").split())
+    # Agents sometimes echo tags; a stray CoA tag would corrupt the block structure.
+    return " ".join(escape_tags(text).split())
 
 
 def run_to_coa(run: TeacherRun) -> str:
@@ -26,11 +28,12 @@ def run_to_coa(run: TeacherRun) -> str:
     parts: list[str] = []
     for act in run.activations:
         if act.tool:
-            call = act.tool_input or ""
+            call = escape_tags(act.tool_input or "")
             parts.append(block(act.tool, f"\n{call}\n" if act.tool == "code" else call))
-            parts.append(wrap_observation(act.observation or "").strip("\n"))
+            parts.append(wrap_observation(escape_tags(act.observation or "")).strip("\n"))
         elif act.agent == "answerer":
-            answer = _clean(act.output)
+            # an answerer echoing the tag means the answer inside it
+            answer = _clean(re.sub(r"</?\s*answer\s*>", " ", act.output, flags=re.I))
             parts.append(block("answer", f"\\boxed{{{answer}}}" if run.profile == "math" else answer))
         elif act.agent in ROLE_OF_AGENT:
             parts.append(block(ROLE_OF_AGENT[act.agent], _clean(act.output)))

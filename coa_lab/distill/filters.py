@@ -37,9 +37,20 @@ class FilterReport:
         return "\n".join(lines)
 
 
-def _repeated_call(calls: list[protocol.Step]) -> bool:
-    keys = [(c.tag, c.content.strip()) for c in calls]
-    return len(keys) != len(set(keys))
+def _redundant_call(traj: protocol.Trajectory) -> bool:
+    """A tool call identical to an earlier one, NOT right after a reflection. (A repeat right
+    after a reflection is a fake self-correction: stage 4 judges those.)"""
+    seen, after_reflection = set(), False
+    for s in traj.blocks:
+        if s.kind == "tool":
+            key = (s.tag, s.content.strip())
+            if key in seen and not after_reflection:
+                return True
+            seen.add(key)
+            after_reflection = False
+        elif s.tag == "reflection":
+            after_reflection = True
+    return False
 
 
 def reflection_credible(traj: protocol.Trajectory) -> str | None:
@@ -76,14 +87,16 @@ def progressive_filter(
         rec.reward = score(task, protocol.final_answer(rec.text))
         rec.n_tool_calls = len(traj.tool_calls())
         rec.n_tokens = count_tokens(rec.text)
+        # Lazily evaluated, in order: a (model-backed) judge only sees what reached stage 4.
         checks = (
-            ("correctness", None if rec.reward == 1.0 else f"wrong answer {protocol.final_answer(rec.text)!r}"),
-            ("complexity", None if min_tool_calls <= rec.n_tool_calls <= max_tool_calls
+            ("correctness", lambda: None if rec.reward == 1.0 else f"wrong answer {protocol.final_answer(rec.text)!r}"),
+            ("complexity", lambda: None if min_tool_calls <= rec.n_tool_calls <= max_tool_calls
              else f"{rec.n_tool_calls} tool calls, want {min_tool_calls}..{max_tool_calls}"),
-            ("quality", _quality(rec, traj, max_tokens)),
-            ("reflection", reflection_credible(traj) or (None if judge is None or judge(rec) else "judge rejected")),
+            ("quality", lambda: _quality(rec, traj, max_tokens)),
+            ("reflection", lambda: reflection_credible(traj) or (None if judge is None or judge(rec) else "judge rejected")),
         )
-        for stage, reason in checks:
+        for stage, check in checks:
+            reason = check()
             if reason is not None:
                 report.dropped.append({"id": rec.id, "source": rec.source, "stage": stage, "reason": reason})
                 break
@@ -97,7 +110,7 @@ def _quality(rec: TrajectoryRecord, traj: protocol.Trajectory, max_tokens: int) 
     violations = protocol.validate(traj, rec.profile)
     if violations:
         return f"format: {violations[0]}"
-    if _repeated_call(traj.tool_calls()):
+    if _redundant_call(traj):
         return "repeated identical tool call"
     if rec.n_tokens is not None and rec.n_tokens > max_tokens:
         return f"{rec.n_tokens} tokens > {max_tokens}"

@@ -1,7 +1,7 @@
 """Import real, public teacher trajectories and rewrite them in the CoA format.
 
 The paper distills from its own multi-agent system; the lab can also learn from runs that
-other projects published.  Two single-agent formats map cleanly onto CoA blocks:
+other projects published.  Three single-agent formats map cleanly onto CoA blocks:
 
 - FireAct (GPT-4 ReAct on HotpotQA), OpenAI ``messages``:
   ``Thought: ..`` -> ``<think>``, ``Action: search[q]`` -> ``<wiki_search>q</wiki_search>``,
@@ -10,6 +10,13 @@ other projects published.  Two single-agent formats map cleanly onto CoA blocks:
   "<last search> <k>": the closest question our retriever can answer.
 - ToRA (tool-integrated math): prose, then ```python``` code, then ```output``` ->
   ``<think>`` / ``<code>`` / ``<observation>``, and the final ``\\boxed{x}`` -> ``<answer>``.
+- R1-Searcher (RL-trained search agent on HotpotQA/2Wiki/Bamboogle), ``gen_text_store``:
+  reasoning (its opening ``<think>`` was in the prompt, so only ``</think>`` appears) ->
+  ``<think>``, ``<|begin_of_query|>q<|end_of_query|>`` -> ``<wiki_search>q</wiki_search>``,
+  ``<|begin_of_documents|>..<|end_of_documents|>`` -> ``<observation>``, final
+  ``<answer>a</answer>`` kept.  Gold = the row's ``answer``; the LLM judge's verdict
+  (``gpt4o_output``) goes to ``metadata["judge_correct"]``, wrong runs are kept for the
+  outcome filter to remove.
 
 Blocks are joined by a single newline and built with :mod:`coa_lab.protocol` helpers so the
 text is byte-compatible with what the RL environment produces (observation =
@@ -40,9 +47,10 @@ class ImportedTrajectory:
     task_id: str
     question: str
     text: str  # the CoA assistant turn
-    source: str  # "fireact" | "tora"
+    source: str  # "fireact" | "tora" | "r1searcher"
     profile: str  # "mhqa" | "math"
     gold: list[str]
+    metadata: dict = field(default_factory=dict)  # what the origin knew beyond the text
 
     def to_record(self):
         """As a :class:`coa_lab.trajectories.TrajectoryRecord` for the distill filters."""
@@ -50,7 +58,8 @@ class ImportedTrajectory:
 
         return TrajectoryRecord(id=f"{self.source}:{self.task_id}", task_id=self.task_id, source=self.source,
                                 profile=self.profile, question=self.question, answers=list(self.gold),
-                                text=self.text, n_tool_calls=self.text.count("<observation>"))
+                                text=self.text, n_tool_calls=self.text.count("<observation>"),
+                                metadata=dict(self.metadata))
 
 
 @dataclass
@@ -193,6 +202,62 @@ def _convert_tora(row: dict[str, Any], dataset: str = "gsm8k-test") -> ImportedT
     return ImportedTrajectory(task_id, question, "\n".join(blocks), "tora", "math", [str(row["gt"])])
 
 
+# --------------------------------------------------------------------------- R1-Searcher
+# One search round: the query, optional whitespace, then the documents it returned.
+_R1_ROUND = re.compile(r"<\|begin_of_query\|>(?P<query>.*?)<\|end_of_query\|>\s*"
+                       r"<\|begin_of_documents\|>(?P<docs>.*?)<\|end_of_documents\|>", re.S)
+# The run's end: reasoning closed by </think> (opened in the prompt), then the answer.
+_R1_END = re.compile(r"</think>\s*<answer>(?P<answer>.*?)</answer>\s*$", re.S)
+_R1_MARKER = re.compile(r"<\|(?:begin|end)_of_(?:query|documents)\|>")
+
+
+def _r1_think(prose: str) -> list[str]:
+    # Two searches in a row leave no reasoning between them: nothing is invented, so the
+    # think block is simply absent there (the grammar check will say so).
+    if _R1_MARKER.search(prose):
+        raise SkipRow("query or documents marker without its partner")
+    prose = _guard(prose)
+    return [block("think", prose)] if prose else []
+
+
+def _r1_verdict(value: Any) -> bool | None:
+    verdict = str(value).strip().lower()
+    return {"true": True, "false": False}.get(verdict)
+
+
+def _convert_r1searcher(row: dict[str, Any]) -> ImportedTrajectory:
+    text, question, gold = row.get("gen_text_store"), row.get("question"), row.get("answer")
+    if not isinstance(text, str) or not text.strip():
+        raise SkipRow("no gen_text_store text")
+    if not isinstance(question, str) or not question.strip():
+        raise SkipRow("no question")
+    if not isinstance(gold, (str, int, float)) or not str(gold).strip():
+        raise SkipRow("no gold answer")
+    end = _R1_END.search(text)
+    if end is None:
+        raise SkipRow("does not end with '</think> <answer>..</answer>'")
+    body = text[:end.start()]
+    blocks: list[str] = []
+    pos = 0
+    for m in _R1_ROUND.finditer(body):
+        blocks += _r1_think(body[pos:m.start()])
+        query = _guard(m["query"])
+        if not query:
+            raise SkipRow("empty search query")
+        blocks.append(block("wiki_search", query))
+        blocks.append(_observation(m["docs"]))
+        pos = m.end()
+    blocks += _r1_think(body[pos:])
+    answer = _guard(end["answer"])
+    if not answer:
+        raise SkipRow("empty answer")
+    blocks.append(block("answer", answer))
+    question = question.strip()
+    task_id = "r1searcher-" + hashlib.sha1(normalize_answer(question).encode()).hexdigest()[:10]
+    meta = {"judge_correct": _r1_verdict(row.get("gpt4o_output")), "origin_pred": row.get("pred_ans")}
+    return ImportedTrajectory(task_id, question, "\n".join(blocks), "r1searcher", "mhqa", [str(gold).strip()], meta)
+
+
 # --------------------------------------------------------------------------- public API
 def import_fireact(row: dict[str, Any]) -> ImportedTrajectory | None:
     """One FireAct ReAct row -> CoA trajectory, or None if it cannot be converted."""
@@ -213,10 +278,21 @@ def import_tora(row: dict[str, Any], dataset: str = "gsm8k-test") -> ImportedTra
         return None
 
 
+def import_r1searcher(row: dict[str, Any]) -> ImportedTrajectory | None:
+    """One R1-Searcher eval-run row -> CoA trajectory, or None if it cannot be converted."""
+    try:
+        return _convert_r1searcher(row)
+    except Exception as exc:  # noqa: BLE001 -- contract: None, never an exception
+        log.debug("r1searcher row skipped: %s", exc)
+        return None
+
+
 def detect_trajectory_format(row: Any) -> str | None:
-    """"fireact", "tora" or None."""
+    """"fireact", "tora", "r1searcher" or None."""
     if not isinstance(row, dict):
         return None
+    if "gen_text_store" in row and "question" in row:
+        return "r1searcher"
     if isinstance(row.get("code"), list) and "gt" in row:
         return "tora"
     messages = row.get("messages")
@@ -250,6 +326,8 @@ def import_file(path: str | Path) -> ImportReport:
                     report.trajectories.append(_convert_fireact(row))
                 elif fmt == "tora":
                     report.trajectories.append(_convert_tora(row))
+                elif fmt == "r1searcher":
+                    report.trajectories.append(_convert_r1searcher(row))
                 else:
                     report.skipped["unknown trajectory format"] += 1
             except SkipRow as exc:
@@ -263,5 +341,5 @@ def import_file(path: str | Path) -> ImportReport:
 
 
 def load_imported(path: str | Path) -> list[ImportedTrajectory]:
-    """Convert a FireAct or ToRA file; skipped rows are logged (use import_file for counts)."""
+    """Convert a FireAct, ToRA or R1-Searcher file; skipped rows are logged (use import_file for counts)."""
     return import_file(path).trajectories

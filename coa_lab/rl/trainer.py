@@ -29,6 +29,7 @@ from coa_lab.agents.coa_runner import Rollout, run_coa
 from coa_lab.config import Preset
 from coa_lab.rl import dapo
 from coa_lab.tasks.scorers import reward as task_reward
+from coa_lab.trajectories import TrajectoryRecord, save_records
 
 
 @dataclass
@@ -37,45 +38,59 @@ class RLResult:
     metrics: list[dict] = field(default_factory=list)
 
 
-def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int) -> list[float]:
-    """Binary task reward + soft overlong punishment."""
+def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int) -> tuple[list[float], list[float]]:
+    """(task rewards, shaped rewards): the binary verifiable reward from the task's scorer, and
+    that reward plus DAPO's soft overlong punishment (what the advantages are computed from)."""
     import torch
 
     base = [task_reward(r.task, protocol.final_answer(r.text)) for r in rollouts]
     lengths = torch.tensor([len(r.response_ids) for r in rollouts])
     shaping = dapo.overlong_penalty(lengths, max_len, buffer).tolist() if buffer > 0 else [0.0] * len(rollouts)
-    return [b + s for b, s in zip(base, shaping)]
+    return base, [b + s for b, s in zip(base, shaping)]
 
 
 def collect_batch(generator, pool_iter, tools, preset: Preset) -> tuple[list[list[Rollout]], list[list[float]], dict]:
-    """Sample groups until `prompts_per_step` informative groups are collected (or rounds run out)."""
+    """Sample groups until `prompts_per_step` informative groups are collected (or rounds run out).
+
+    Dynamic sampling looks at ACCURACY, as DAPO does: a group whose answers are all right or
+    all wrong teaches nothing about correctness, even if length shaping makes rewards differ.
+    """
     import torch
 
     rl, gen = preset.rl, preset.gen
     groups, rewards, stats = [], [], {"sampled_groups": 0, "sampled_rollouts": 0, "raw_reward_sum": 0.0,
-                                      "solved": 0, "tool_calls": 0, "rounds": 0}
+                                      "solved": 0, "tool_calls": 0, "rounds": 0, "samples": []}
     for round_ in range(rl.max_sampling_rounds + 1):
         need = rl.prompts_per_step - len(groups)
         if need <= 0:
             break
         tasks = [next(pool_iter) for _ in range(need)]
         rollouts = run_coa(generator, tasks, tools, gen, samples=rl.group_size, temperature=rl.temperature)
-        scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer)
+        accuracy, scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer)
         stats["rounds"] = round_ + 1
         stats["sampled_groups"] += need
         stats["sampled_rollouts"] += len(rollouts)
         stats["raw_reward_sum"] += sum(scores)
-        stats["solved"] += sum(task_reward(r.task, protocol.final_answer(r.text)) == 1.0 for r in rollouts)
+        stats["solved"] += sum(a == 1.0 for a in accuracy)
         stats["tool_calls"] += sum(r.tool_calls for r in rollouts)
+        stats["samples"] += list(zip(rollouts, accuracy, scores))
         for g in range(need):
-            grp = rollouts[g * rl.group_size : (g + 1) * rl.group_size]
-            grp_r = scores[g * rl.group_size : (g + 1) * rl.group_size]
-            if not rl.dynamic_sampling or bool(dapo.informative_groups(torch.tensor([grp_r]))[0]):
-                groups.append(grp)
-                rewards.append(grp_r)
+            window = slice(g * rl.group_size, (g + 1) * rl.group_size)
+            if not rl.dynamic_sampling or bool(dapo.informative_groups(torch.tensor([accuracy[window]]))[0]):
+                groups.append(rollouts[window])
+                rewards.append(scores[window])
         if not rl.dynamic_sampling:
             break
     return groups, rewards, stats
+
+
+def _record(r: Rollout, accuracy: float, shaped: float, step: int, n: int) -> TrajectoryRecord:
+    return TrajectoryRecord(
+        id=f"rl-{step}-{n}", task_id=r.task.id, source="rl", profile=r.task.profile,
+        question=r.task.question, answers=list(r.task.answers), text=r.text, reward=accuracy,
+        n_tokens=len(r.response_ids), n_tool_calls=r.tool_calls,
+        metadata={"step": step, "shaped_reward": shaped, "finish": r.finish, "truncated": r.truncated},
+    )
 
 
 def _pad(rows: list[list[int]], value: int):
@@ -85,10 +100,15 @@ def _pad(rows: list[list[int]], value: int):
     return torch.tensor([r + [value] * (width - len(r)) for r in rows])
 
 
-def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int) -> dict:
-    """Old log-probs, advantages, then mini-batch steps on the DAPO loss."""
+def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int, compute=None) -> dict:
+    """Old log-probs, advantages, then mini-batch steps on the DAPO loss.
+
+    compute: a context-manager factory for forward passes (bf16 autocast on CPU)."""
+    import contextlib
+
     import torch
 
+    compute = compute or contextlib.nullcontext
     rl = preset.rl
     device = next(model.parameters()).device
     adv = dapo.group_advantages(torch.tensor(rewards, dtype=torch.float32)).flatten()  # [N]
@@ -99,7 +119,7 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     input_ids, loss_mask = _pad(ids, pad_id).to(device), _pad(masks, 0).to(device)
     attention = _pad([[1] * len(x) for x in ids], 0).to(device)
     model.eval()  # no dropout: old and new log-probs must come from the same function
-    with torch.no_grad():
+    with torch.no_grad(), compute():
         old = torch.cat([dapo.token_logprobs(model, input_ids[i : i + 4], attention[i : i + 4])
                          for i in range(0, len(flat), 4)])
     model.train()  # gradient checkpointing (GPU presets) is only active in train mode
@@ -113,11 +133,12 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
         optimizer.zero_grad()
         for j in range(0, len(mb), 4):  # micro-batches of 4 bound the [B, L, V] logits
             sub = idx[j : j + 4]
-            logp = dapo.token_logprobs(model, input_ids[sub], attention[sub])
+            with compute():
+                logp = dapo.token_logprobs(model, input_ids[sub], attention[sub])
             loss, st = dapo.dapo_token_loss(logp, old[sub], adv.to(device)[sub], loss_mask[sub],
                                             rl.clip_low, rl.clip_high, n_tokens=n_tokens)
             loss.backward()
-            stats["loss"].append(float(loss))
+            stats["loss"].append(float(loss.detach()))
             for k in ("clip_frac", "ratio_mean", "approx_kl"):
                 stats[k].append(st[k])
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
@@ -135,7 +156,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     import torch
 
     from coa_lab.llm import HFGenerator
-    from coa_lab.models import load_model
+    from coa_lab.models import compute_context, load_model
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -143,7 +164,9 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     random.seed(preset.seed)
     torch.manual_seed(preset.seed)
     model, tokenizer = load_model(preset.model, adapter=adapter, trainable=True)
-    generator = generator_factory(model, tokenizer) if generator_factory else HFGenerator(model, tokenizer, preset.gen.batch_size)
+    compute = lambda: compute_context(model, preset.model)  # noqa: E731 - same numerics for sampling and training
+    generator = generator_factory(model, tokenizer) if generator_factory else HFGenerator(
+        model, tokenizer, preset.gen.batch_size, compute=compute)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=rl.learning_rate, weight_decay=0.0)
     pool = list(train_tasks)[: rl.pool_size]
@@ -157,11 +180,12 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
 
     pool_iter = cycle()
     metrics_path = out_dir / "metrics.jsonl"
-    metrics = []
+    metrics, sampled = [], []
     with open(metrics_path, "w") as log:
         for step in range(rl.steps):
             t0 = time.time()
             groups, rewards, s = collect_batch(generator, pool_iter, tools, preset)
+            sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(s.pop("samples"))]
             row = {
                 "step": step,
                 "reward_mean": s["raw_reward_sum"] / max(1, s["sampled_rollouts"]),
@@ -172,7 +196,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 "tool_calls_per_rollout": s["tool_calls"] / max(1, s["sampled_rollouts"]),
             }
             if groups:
-                row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id))
+                row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute))
                 row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
             else:
                 row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
@@ -180,6 +204,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             metrics.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
+    save_records(sampled, out_dir / "rollouts.jsonl")  # every sampled trajectory, to inspect
     adapter_dir = out_dir / "adapter"
     model.save_pretrained(adapter_dir)
     tokenizer.save_pretrained(adapter_dir)

@@ -13,30 +13,40 @@ gsm8k       question, answer  with "#### <answer>" in answer            math
 math        problem, answer  (MATH-500, AIME, AMC jsonl)                 math
 nq          question + golden_answers (FlashRAG), or answer as a list   mhqa
 aliases     id, question, answer, answer_aliases  (MuSiQue, 2Wiki)      mhqa
+humaneval   task_id, prompt, entry_point, test                         code
+mbpp        task_id, code + text/test_list or prompt/test  (MBPP)       code
+apps        description, test_list, starter_code  (APPS stdin/stdout)   code
+aime        Question, Solution, answer  (SimpleDeepSearcher AIME)       math
+bamboogle   Question, answer, source  (SimpleDeepSearcher Bamboogle)    mhqa
+gaia        task_id, question, answer, Level  (GAIA, AFM copy)           web
+webwalker   question, answer, root_url  (WebWalkerQA)                   web
+qa          question + a single answer string (R1-Searcher eval sets)   mhqa
 ==========  ==========================================================  =========
+
+Code layouts put their tests in ``metadata["tests"]`` (schema: :mod:`coa_lab.tasks.records`).
 
 File formats: ``.jsonl`` / ``.jsonl.gz`` (one object per line), ``.json`` (a list of
 objects), ``.parquet``.  Any row that cannot be read raises :class:`DatasetError` naming
 the file, the 1-based row number and the problem; a file whose layout is unknown raises
-one naming the keys it saw.  ``load_suite`` reads the lab's shipped train/eval files.
+one naming the keys it saw.  The shipped suites (``load_suite``) are in
+:mod:`coa_lab.tasks.suites`.
 """
 
 from __future__ import annotations
 
-import ast
 import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from coa_lab.paths import DATASETS_DIR
-from coa_lab.tasks.records import DatasetError, Task
+from coa_lab.tasks import code_layouts
+from coa_lab.tasks.records import DatasetError, Task, check_tests
+from coa_lab.tasks.rows import literal as _literal
+from coa_lab.tasks.rows import str_list as _str_list
+from coa_lab.tasks.rows import text as _text
 
 MHQA_SOURCES = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "2wiki", "musique", "bamboogle")
-
-SUITES: dict[str, str] = {"math": "math/gsm8k", "mhqa": "mhqa/hotpotqa"}
-SPLITS = ("train", "eval")
 
 
 # --------------------------------------------------------------------------- reading rows
@@ -75,34 +85,6 @@ def _iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
     raise DatasetError(f"{path}: unsupported file type (use .jsonl, .jsonl.gz, .json or .parquet)")
 
 
-def _literal(value: Any) -> Any:
-    # Several public dumps store lists/dicts as Python-repr strings ("['a', 'b']").
-    if isinstance(value, str) and value[:1] in "[{(":
-        try:
-            return ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            return value
-    return value
-
-
-def _str_list(value: Any, what: str) -> list[str]:
-    value = _literal(value)
-    if isinstance(value, (str, int, float)):
-        return [str(value)]
-    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
-        return [str(v) for v in value]
-    raise ValueError(f"{what} must be a string or a list of strings, got {type(value).__name__}")
-
-
-def _text(row: dict, key: str) -> str:
-    if key not in row:
-        raise ValueError(f"missing {key!r}")
-    value = row[key]
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{key!r} must be a non-empty string")
-    return value
-
-
 def _mhqa_source(path: Path, row: dict, default: str = "hotpotqa") -> str:
     # Most specific hint first: a row's data_source, then the file name, then its folders
     # (a folder like "nq_triviaqa_popqa_subsets" names several datasets at once).
@@ -123,7 +105,10 @@ class _Layout:
 
 
 def _parse_task(row: dict, path: Path, i: int) -> Task:
-    return Task.from_dict(row)
+    task = Task.from_dict(row)
+    if task.profile == "code":
+        task.metadata["tests"] = check_tests(task.metadata.get("tests"))
+    return task
 
 
 def _parse_gsm8k(row: dict, path: Path, i: int) -> Task:
@@ -190,7 +175,7 @@ def _parse_aliases(row: dict, path: Path, i: int) -> Task:
 
 
 def _parse_afm(row: dict, path: Path, i: int) -> Task:
-    messages = row["prompt"]
+    messages = _literal(row["prompt"])
     if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
         raise ValueError("'prompt' must be a non-empty list of chat messages")
     content = str(messages[-1].get("content") or "")
@@ -204,16 +189,58 @@ def _parse_afm(row: dict, path: Path, i: int) -> Task:
     meta: dict[str, Any] = {"data_source": data_source, "ability": row.get("ability"), "afm_prompt": content}
     if row.get("ability") == "coding" or "code" in data_source.lower():
         profile, answers = "code", []
-        meta["tests"] = truth  # stdin/expected_output JSON; graded by the code sandbox
+        meta["tests"] = code_layouts.afm_code_tests(truth, extra if isinstance(extra, dict) else {})
+        if isinstance(extra, dict) and extra.get("starter_code"):
+            meta["starter_code"] = extra["starter_code"]
     else:
+        profile = "mhqa" if data_source.lower() in MHQA_SOURCES else "math"
+        raw = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
         if isinstance(truth, dict) and "target" in truth:  # Search-R1 style {"target": [...]}
             truth = truth["target"]
         if truth is None:
             raise ValueError("'reward_model.ground_truth' is missing")
-        answers = _str_list(truth, "'reward_model.ground_truth'")
-        profile = "mhqa" if data_source.lower() in MHQA_SOURCES else "math"
+        if profile == "math" and isinstance(raw, str):
+            answers = [raw]  # a math answer is ONE expression: "(-2,1)" is not a Python tuple
+        else:
+            answers = _str_list(truth, "'reward_model.ground_truth'")
     index = extra.get("index", i) if isinstance(extra, dict) else i
     return Task(f"{data_source}-{index}", question, answers, data_source, profile, meta)
+
+
+def _parse_aime(row: dict, path: Path, i: int) -> Task:
+    if row.get("answer") is None:
+        raise ValueError("missing 'answer'")
+    source = path.parent.name.lower() or "aime"
+    return Task(f"{source}-{row.get('id', i)}", _text(row, "Question"), [str(row["answer"])], source, "math",
+                {"solution": row.get("Solution")})
+
+
+def _parse_bamboogle(row: dict, path: Path, i: int) -> Task:
+    source = str(row.get("source") or "bamboogle").lower()
+    number = str(row.get("id", i)).removeprefix(f"{source}_")
+    return Task(f"{source}-{number}", _text(row, "Question"), _str_list(row["answer"], "'answer'"), source, "mhqa", {})
+
+
+def _parse_gaia(row: dict, path: Path, i: int) -> Task:
+    if row.get("answer") is None:
+        raise ValueError("missing 'answer'")
+    meta = {"level": row.get("Level"), "file_name": row.get("file_name") or None}
+    return Task(f"gaia-{row['task_id']}", _text(row, "question"), [str(row["answer"])], "gaia", "web", meta)
+
+
+def _parse_webwalker(row: dict, path: Path, i: int) -> Task:
+    info = _literal(row.get("info")) or {}
+    info = info if isinstance(info, dict) else {}
+    meta = {"root_url": row["root_url"], **{k.lower(): info[k] for k in ("domain", "type", "Level", "lang") if k in info}}
+    # WebWalkerQA rows have no id; the 0-based row index is stable for a given file.
+    return Task(f"webwalker-{row.get('id', i)}", _text(row, "question"), _str_list(row["answer"], "'answer'"),
+                "webwalker", "web", meta)
+
+
+def _parse_qa(row: dict, path: Path, i: int) -> Task:
+    source = _mhqa_source(path, row, default=path.name.split(".")[0].split("_")[0])
+    task_id = row.get("id", row.get("idx", i))
+    return Task(f"{source}-{task_id}", _text(row, "question"), _str_list(row["answer"], "'answer'"), source, "mhqa", {})
 
 
 def _has(*keys: str) -> Callable[[dict], bool]:
@@ -231,6 +258,16 @@ LAYOUTS: tuple[_Layout, ...] = (
     _Layout("math", _has("problem", "answer"), _parse_math),
     _Layout("nq", lambda r: "question" in r and ("golden_answers" in r or isinstance(r.get("answer"), list)), _parse_nq),
     _Layout("aliases", _has("id", "question", "answer", "answer_aliases"), _parse_aliases),
+    _Layout("humaneval", _has("task_id", "prompt", "entry_point", "test"), code_layouts.parse_humaneval),
+    _Layout("mbpp", lambda r: _has("task_id", "code")(r) and (_has("text", "test_list")(r) or _has("prompt", "test")(r)),
+            code_layouts.parse_mbpp),
+    _Layout("apps", _has("description", "test_list", "starter_code"), code_layouts.parse_apps),
+    _Layout("aime", _has("Question", "Solution", "answer"), _parse_aime),
+    _Layout("bamboogle", _has("Question", "answer", "source"), _parse_bamboogle),
+    _Layout("gaia", _has("task_id", "question", "answer", "Level"), _parse_gaia),
+    _Layout("webwalker", _has("question", "answer", "root_url"), _parse_webwalker),
+    # Last: the loosest signature (any question with one answer string).
+    _Layout("qa", lambda r: _has("question", "answer")(r) and "####" not in str(r["answer"]), _parse_qa),
 )
 
 
@@ -243,8 +280,13 @@ def detect_layout(row: dict) -> str | None:
 
 
 # --------------------------------------------------------------------------- public API
-def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
-    """Read up to ``limit`` tasks from ``path`` (layout detected from its first row)."""
+def load_tasks(path: str | Path, limit: int | None = None,
+               where: Callable[[dict], bool] | None = None) -> list[Task]:
+    """Read up to ``limit`` tasks from ``path`` (layout detected from its first row).
+
+    ``where`` filters raw rows before parsing (e.g. keep only stdin/stdout APPS problems);
+    row numbers in errors and 0-based indices in ids still count every row of the file.
+    """
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: no such file")
@@ -262,6 +304,8 @@ def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
                     f"{path}: unknown task layout; row {rowno} has keys {sorted(row)}; "
                     f"known layouts: {[lay.name for lay in LAYOUTS]} (see coa_lab.tasks.loaders)"
                 )
+        if where is not None and not where(row):
+            continue
         try:
             tasks.append(layout.parse(row, path, index))
         except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
@@ -270,19 +314,29 @@ def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
     return tasks
 
 
-def suite_path(name: str, split: str) -> Path:
-    """Path of a shipped suite file, e.g. ``suite_path("math", "eval")``."""
-    if name not in SUITES:
-        raise ValueError(f"unknown suite {name!r}; choose one of {sorted(SUITES)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
-    return DATASETS_DIR / SUITES[name] / f"{split}.jsonl"
-
-
-def load_suite(name: str, split: str, limit: int | None = None) -> list[Task]:
-    """Shipped tasks: ``name`` in {"math", "mhqa"}, ``split`` in {"train", "eval"}."""
-    path = suite_path(name, split)
+def layout_of(path: str | Path) -> str:
+    """Name of the layout of ``path`` (from its first row); DatasetError if unknown."""
+    path = Path(path)
     if not path.exists():
-        raise DatasetError(f"{path}: shipped suite file missing (rebuild with datasets/build_corpus.py "
-                           "and datasets/build_subsets.py, or set COA_LAB_DATASETS)")
-    return load_tasks(path, limit=limit)
+        raise DatasetError(f"{path}: no such file")
+    for rowno, row in _iter_rows(path):
+        name = detect_layout(row) if isinstance(row, dict) else None
+        if name is None:
+            keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise DatasetError(f"{path}: unknown task layout; row {rowno} has keys {keys}")
+        return name
+    raise DatasetError(f"{path}: file holds no rows")
+
+
+def suite_path(name: str, split: str, benchmark: str | None = None) -> Path:
+    """Compatibility wrapper of :func:`coa_lab.tasks.suites.suite_path`."""
+    from coa_lab.tasks.suites import suite_path as _suite_path
+
+    return _suite_path(name, split, benchmark)
+
+
+def load_suite(name: str, split: str, limit: int | None = None, benchmark: str | None = None) -> list[Task]:
+    """Compatibility wrapper of :func:`coa_lab.tasks.suites.load_suite`."""
+    from coa_lab.tasks.suites import load_suite as _load_suite
+
+    return _load_suite(name, split, limit=limit, benchmark=benchmark)

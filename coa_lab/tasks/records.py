@@ -6,6 +6,26 @@ may call and which scorer grades it (see :mod:`coa_lab.tasks.scorers`).
 
 The shipped files under ``datasets/`` are JSON lines whose objects are exactly
 ``Task.to_dict()``; :func:`Task.from_dict` reads them back.
+
+Code tasks (``profile == "code"``) are graded by their tests, not by ``answers`` (which is
+empty).  They carry ``metadata["tests"]`` in this schema (checked by :func:`check_tests`)::
+
+    {
+      "style": "assert" | "stdio",
+      "cases": [...],          # assert: Python source strings, run one after another in the
+                               #   solution's namespace (an AssertionError or any exception
+                               #   fails the case); stdio: {"input": str, "output": str}
+                               #   pairs, the program reads input from stdin and its stdout
+                               #   must equal output (see coa_lab.tasks.code_tests)
+      "entry_point": str|None, # function the solution must define (HumanEval), else None
+      "prompt": str|None,      # code the solution completes (HumanEval signature+docstring);
+                               #   prepended to the solution before the tests run
+      "setup": str             # assert style: code run after the solution and before the
+                               #   cases (MBPP test_setup_code builds fixtures), or ""
+    }
+
+and, when the origin ships one, ``metadata["canonical_solution"]``: a complete program that
+passes the tests (the gold answer of :func:`coa_lab.tasks.inspect.gold_selftest`).
 """
 
 from __future__ import annotations
@@ -15,6 +35,7 @@ from typing import Any, Literal
 
 Profile = Literal["math", "mhqa", "code", "web"]
 PROFILES: tuple[str, ...] = ("math", "mhqa", "code", "web")
+TEST_STYLES: tuple[str, ...] = ("assert", "stdio")
 
 
 class DatasetError(ValueError):
@@ -64,3 +85,23 @@ class Task:
             profile=data["profile"],
             metadata=dict(data.get("metadata") or {}),
         )
+
+
+def check_tests(tests: Any) -> dict[str, Any]:
+    """Validate a code task's ``metadata["tests"]`` (schema in the module doc) and return it
+    with defaults filled in; raise ``ValueError`` saying what is wrong."""
+    if not isinstance(tests, dict):
+        raise ValueError(f"'tests' must be an object, got {type(tests).__name__}")
+    style, cases = tests.get("style"), tests.get("cases")
+    if style not in TEST_STYLES:
+        raise ValueError(f"tests.style must be one of {TEST_STYLES}, got {style!r}")
+    if not isinstance(cases, list) or not cases:
+        raise ValueError("tests.cases must be a non-empty list")
+    for k, case in enumerate(cases):
+        if style == "assert" and not isinstance(case, str):
+            raise ValueError(f"tests.cases[{k}] must be Python source (a string) for assert style")
+        if style == "stdio" and not (isinstance(case, dict) and isinstance(case.get("input"), str)
+                                     and isinstance(case.get("output"), str)):
+            raise ValueError(f"tests.cases[{k}] must be {{'input': str, 'output': str}} for stdio style")
+    return {"style": style, "cases": cases, "entry_point": tests.get("entry_point"),
+            "prompt": tests.get("prompt"), "setup": tests.get("setup") or ""}

@@ -6,10 +6,14 @@ for code).  If training optimised a slightly different metric than evaluation re
 would happily exploit the gap; so :func:`reward` is literally :func:`score`.
 
 Profiles
-- ``mhqa`` and ``web``: SQuAD-style normalized exact match (the paper grades web tasks with
-  an LLM judge; the lab replaces it with exact match so it runs offline and deterministically).
+- ``mhqa``: SQuAD-style normalized exact match.
+- ``web``: the LLM judge (:func:`coa_lab.tasks.judge.llm_judge`) when ``score`` is given a
+  ``judge`` backend -- as the paper grades web agents -- else exact match, so web tasks
+  still grade offline and deterministically (strict: WebWalker's sentence-long golds are
+  rarely matched exactly; pass a judge for meaningful web numbers).
 - ``math``: :func:`math_equal` -- a fast exact path for plain numbers, then math-verify.
-- ``code``: graded by running tests in the sandbox, which lives elsewhere; not here yet.
+- ``code``: :func:`score_code` -- run the answer's program against the task's tests in the
+  bubblewrap sandbox; 1.0 only if every case passes.
 
 Multi-answer predictions ``a|b`` (the CoA convention for questions with several answers):
 every gold is read as a *set* of parts (most golds have one part).  Exact match requires the
@@ -31,6 +35,7 @@ from collections import Counter
 from decimal import Decimal, InvalidOperation
 from typing import Iterable
 
+from coa_lab.protocol import last_boxed  # noqa: F401 - one \boxed{} reader for the whole lab
 from coa_lab.tasks.records import Task
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -121,27 +126,6 @@ def f1(pred: str | None, golds: str | Iterable[str]) -> float:
 
 
 # --------------------------------------------------------------------------- math answers
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces balanced; None if absent."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    brace = text.find("{", start)
-    if brace < 0:
-        # "\boxed 5" form: the argument runs to the next space or '$'.
-        rest = text[start:].split(None, 1)
-        return rest[1].split("$")[0].strip() if len(rest) > 1 else None
-    depth = 0
-    for i in range(brace, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[brace + 1 : i]
-    return None  # unbalanced: treat as no boxed answer rather than guess
-
-
 # A plain number, optionally with a currency sign before and a unit/percent word after:
 # "$1,000", "18 dollars", "18.0", "\$5", "50\%", "7 \text{ cm}".  Anything richer goes to
 # math-verify, which is slow (sympy) but understands LaTeX.
@@ -223,24 +207,44 @@ def _unwrap_answer(text: str) -> str:
     return blocks[-1].strip() if blocks else text.strip()
 
 
-def score(task: Task, predicted_answer: str | None) -> float:
-    """Grade one prediction for ``task``: 1.0 correct, 0.0 wrong (None = no answer = 0.0)."""
+def score_code(task: Task, answer: str | None) -> float:
+    """1.0 if the program in ``answer`` (fenced ```python block, or bare code) passes every
+    test case of ``task`` in the sandbox; 0.0 for wrong output, a crash, a timeout or no
+    code.  Never raises for anything the answer does; it does raise ``ValueError`` for a
+    task without valid ``metadata["tests"]`` (a data bug) and ``SandboxUnavailableError``
+    when bubblewrap cannot run here (scoring every answer 0 would hide a broken setup)."""
+    from coa_lab.tasks.code_tests import run_tests  # lazy: keeps text scoring import-light
+
+    if answer is None or not str(answer).strip():
+        return 0.0
+    return 1.0 if run_tests(task, str(answer)).all_passed else 0.0
+
+
+def score(task: Task, predicted_answer: str | None, judge=None) -> float:
+    """Grade one prediction for ``task``: 1.0 correct, 0.0 wrong (None = no answer = 0.0).
+
+    ``judge``: an optional chat backend (``.chat(conversations, max_new_tokens,
+    temperature)``); only ``web`` tasks use it (see module doc)."""
     if predicted_answer is None:
         return 0.0
     pred = _unwrap_answer(str(predicted_answer))
     if task.profile == "math":
         return 1.0 if any(math_equal(pred, gold) for gold in task.answers) else 0.0
-    if task.profile in ("mhqa", "web"):
+    if task.profile == "mhqa":
         return exact_match(pred, task.answers)
+    if task.profile == "web":
+        if judge is None:
+            return exact_match(pred, task.answers)
+        from coa_lab.tasks.judge import llm_judge
+
+        # Exact match first: a verbatim gold needs no model call (and cannot be misjudged).
+        return 1.0 if exact_match(pred, task.answers) else llm_judge(task.question, task.answers, pred, judge)
     if task.profile == "code":
-        raise NotImplementedError(
-            f"task {task.id!r}: code answers are graded by running their tests in the code "
-            "sandbox, which coa_lab.tasks.scorers does not do yet"
-        )
+        return score_code(task, pred)
     raise ValueError(f"task {task.id!r}: no scorer for profile {task.profile!r}")
 
 
-def reward(task: Task, answer: str | None) -> float:
+def reward(task: Task, answer: str | None, judge=None) -> float:
     """The RL outcome reward.  Deliberately identical to :func:`score` (see module doc):
     binary, no format bonus, so RL optimises exactly the metric evaluation reports."""
-    return score(task, answer)
+    return score(task, answer, judge=judge)

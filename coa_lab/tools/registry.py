@@ -93,7 +93,7 @@ class ToolRegistry:
 def _build_one(name: str, opts: dict[str, Any]) -> Tool:
     # Imports are local so that building only "code" never imports bm25s/ddgs/httpx.
     if name == "code":
-        from coa_lab.tools.sandbox import make_code_tool
+        from coa_lab.tools.code_tool import make_code_tool
 
         return make_code_tool(**opts)
     if name == "wiki_search":

@@ -8,26 +8,26 @@ What matters for agent training is how they FAIL, because a rollout must go on:
 * an unreachable network gives an immediate ``[offline] ...`` observation (ok=False)
   instead of a stack trace or a long hang;
 * ``CrawlPage`` consults a ``PageStore`` (a dict, or a directory of saved .html files)
-  before the network, so tests and offline notebooks replay saved pages.
+  before the network, so tests and offline notebooks replay saved pages;
+* ``CrawlPage(summarizer=backend)`` condenses each page towards the goal given after
+  ``||`` (see ``page_summary``); a failing backend falls back to the raw text.
 
 No API keys are used here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import socket
 import time
 from collections.abc import Callable, Mapping
-from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urldefrag
 
 from coa_lab.tools.base import Observation, Tool, error_observation
+
+# Re-exported: html_to_text / PageStore lived here first and are imported from here.
+from coa_lab.tools.page_store import PageStore, html_to_text, normalize_url  # noqa: F401
 
 T = TypeVar("T")
 USER_AGENT = "coa-lab/0.1 (teaching lab; +https://arxiv.org/abs/2508.13167)"
@@ -171,139 +171,26 @@ def offline_observation(what: str, exc: BaseException) -> Observation:
     return Observation(text=f"[offline] {msg}", ok=False, latency_s=0.0, error="offline")
 
 
-# --------------------------------------------------------------------- text extraction
-
-_SKIP_TAGS = {"script", "style", "noscript", "nav", "header", "footer", "aside", "form",
-              "svg", "template", "iframe", "button", "select"}
-_BLOCK_TAGS = {"p", "div", "br", "li", "ul", "ol", "tr", "table", "section", "article",
-               "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "pre", "dd", "dt", "main"}
-_VOID_TAGS = {"br", "img", "hr", "meta", "link", "input", "area", "base", "col", "embed",
-              "source", "track", "wbr"}
-
-
-class _TextExtractor(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.title_parts: list[str] = []
-        self.skip_depth = 0
-        self.in_title = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _SKIP_TAGS:
-            self.skip_depth += 1
-        elif tag == "title":
-            self.in_title = True
-        if tag in _BLOCK_TAGS:
-            self.parts.append("\n")
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _BLOCK_TAGS:
-            self.parts.append("\n")  # <br/> must not open a skip region
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _SKIP_TAGS and self.skip_depth > 0:
-            self.skip_depth -= 1
-        elif tag == "title":
-            self.in_title = False
-        if tag in _BLOCK_TAGS:
-            self.parts.append("\n")
-
-    def handle_data(self, data: str) -> None:
-        if self.in_title:
-            self.title_parts.append(data)
-        elif self.skip_depth == 0:
-            # Source newlines are layout, not structure: only block tags break lines.
-            self.parts.append(re.sub(r"\s+", " ", data))
-
-
-def html_to_text(html: str) -> tuple[str, str]:
-    """Readable text of an HTML page: ``(title, text)``.
-
-    Drops script/style/nav/header/footer/forms, keeps paragraph breaks as single
-    newlines and collapses all other whitespace.
-    """
-    parser = _TextExtractor()
-    try:
-        parser.feed(html)
-        parser.close()
-    except Exception:  # malformed HTML: keep what was parsed so far
-        pass
-    title = " ".join("".join(parser.title_parts).split())
-    raw = "".join(parser.parts)
-    lines = (" ".join(line.split()) for line in raw.split("\n"))
-    text = "\n".join(line for line in lines if line)
-    return title, text
-
-
-# ------------------------------------------------------------------------ page store
-
-
-def normalize_url(url: str) -> str:
-    url = urldefrag(url.strip())[0]
-    return url[:-1] if url.endswith("/") and url.count("/") > 3 else url
-
-
-class PageStore:
-    """Saved pages keyed by URL: an in-memory dict and/or a directory.
-
-    The directory holds ``<sha1(url)[:16]>.html`` files plus ``index.json`` mapping URL
-    -> file name (the index is what makes a hand-saved page findable under its URL).
-    """
-
-    def __init__(self, pages: Mapping[str, str] | None = None,
-                 directory: str | os.PathLike[str] | None = None) -> None:
-        self.pages = {normalize_url(u): h for u, h in (pages or {}).items()}
-        self.directory = Path(directory) if directory is not None else None
-
-    @staticmethod
-    def filename(url: str) -> str:
-        return hashlib.sha1(normalize_url(url).encode()).hexdigest()[:16] + ".html"
-
-    def _index(self) -> dict[str, str]:
-        assert self.directory is not None
-        path = self.directory / "index.json"
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-
-    def get(self, url: str) -> str | None:
-        key = normalize_url(url)
-        if key in self.pages:
-            return self.pages[key]
-        if self.directory is None:
-            return None
-        index = {normalize_url(u): f for u, f in self._index().items()}
-        path = self.directory / index.get(key, self.filename(key))
-        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
-
-    def put(self, url: str, html: str) -> None:
-        key = normalize_url(url)
-        if self.directory is None:
-            self.pages[key] = html
-            return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        name = self.filename(key)
-        (self.directory / name).write_text(html, encoding="utf-8")
-        index = self._index()
-        index[key] = name
-        (self.directory / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True), encoding="utf-8")
-
-    def __contains__(self, url: str) -> bool:
-        return self.get(url) is not None
-
-
 # ------------------------------------------------------------------------ crawl_page
 
 
 class CrawlPage(Tool):
-    """Fetch pages (``url`` or ``url1 | url2``) and return their readable text."""
+    """Fetch pages (``url`` or ``url1 | url2``, optionally ``|| goal: ...``) as readable text.
+
+    With ``summarizer`` (any backend with ``.chat(conversations, max_new_tokens,
+    temperature)``), each page is replaced by the backend's goal-directed summary.
+    """
 
     name = "crawl_page"
-    description = "fetch web pages and return their readable text; argument: a URL or 'url1 | url2'"
+    description = ("fetch web pages and return their readable text; argument: a URL or 'url1 | url2', "
+                   "optionally followed by '|| goal: what to look for'")
 
     def __init__(self, store: PageStore | Mapping[str, str] | str | os.PathLike[str] | None = None,
                  offline_only: bool = False, timeout_s: float = 10.0, retries: int = 3,
                  base_delay_s: float = 1.0, max_urls: int = 3, max_output_chars: int = 3000,
-                 client: Any = None, sleep: Callable[[float], None] = time.sleep) -> None:
+                 client: Any = None, sleep: Callable[[float], None] = time.sleep,
+                 summarizer: Any = None, summary_max_new_tokens: int = 256,
+                 summary_input_chars: int = 6000) -> None:
         if store is None or isinstance(store, PageStore):
             self.store = store
         elif isinstance(store, Mapping):
@@ -315,6 +202,10 @@ class CrawlPage(Tool):
         self.max_urls, self.max_output_chars = max_urls, max_output_chars
         self.client = client  # an httpx.Client-like object; tests inject fakes here
         self.offline_memo = OfflineMemo()
+        if summarizer is not None and not callable(getattr(summarizer, "chat", None)):
+            raise TypeError("summarizer must have .chat(conversations, max_new_tokens, temperature)")
+        self.summarizer = summarizer
+        self.summary_max_new_tokens, self.summary_input_chars = summary_max_new_tokens, summary_input_chars
 
     def _fetch_once(self, url: str) -> str:
         import httpx  # lazy: keeps `import coa_lab.tools` light
@@ -351,32 +242,67 @@ class CrawlPage(Tool):
                             base_delay_s=self.base_delay_s, sleep=self.sleep)
 
     def run(self, arg: str) -> Observation:
-        urls = [u.strip() for u in re.split(r"[|\s]+", arg) if u.strip()]
+        from coa_lab.tools.page_summary import parse_crawl_arg
+
+        urls, goal = parse_crawl_arg(arg)
         if not urls:
-            return error_observation("no URL given; pass 'https://...' or 'url1 | url2'")
+            return error_observation("no URL given; pass 'https://...' or 'url1 | url2 || goal: ...'")
         bad = [u for u in urls if not re.match(r"^https?://", u)]
         if bad:
             return error_observation(f"not an http(s) URL: {bad[0]!r}")
         urls = urls[: self.max_urls]
         budget = max(200, self.max_output_chars // len(urls) - 100)
-        sections, all_ok, offline = [], True, 0
+        pages: dict[str, tuple[str, str]] = {}  # url -> (title, text) of pages fetched fine
+        failures: dict[str, str] = {}
+        all_ok, offline = True, 0
         for url in urls:
             try:
-                title, text = html_to_text(self.fetch_html(url))
-                if len(text) > budget:
-                    text = text[:budget].rsplit(" ", 1)[0] + " ...[page truncated]"
-                sections.append(f"[{url}] {title}\n{text or '(no readable text)'}")
+                pages[url] = html_to_text(self.fetch_html(url))
             except Offline as exc:
                 all_ok, offline = False, offline + 1
-                sections.append(f"[{url}] [offline] cannot reach it: {str(exc)[:200]}")
+                failures[url] = f"[offline] cannot reach it: {str(exc)[:200]}"
             except RateLimited as exc:
                 all_ok = False
-                sections.append(f"[{url}] [rate limited] gave up after {self.retries} retries: {exc}")
+                failures[url] = f"[rate limited] gave up after {self.retries} retries: {exc}"
             except Exception as exc:  # one bad URL must not hide the others
                 all_ok = False
-                sections.append(f"[{url}] [error] {type(exc).__name__}: {str(exc)[:200]}")
+                failures[url] = f"[error] {type(exc).__name__}: {str(exc)[:200]}"
+        summaries = self._summaries(goal, pages)
+        sections = []
+        for url in urls:
+            if url in failures:
+                sections.append(f"[{url}] {failures[url]}")
+                continue
+            title, text = pages[url]
+            summary = summaries.get(url)
+            if isinstance(summary, str) and not summary.startswith("[summary unavailable"):
+                body = "[summary" + (f" for goal: {goal}" if goal else "") + "]\n" + _clip(summary, budget)
+            else:
+                note = (summary + "\n") if summary else ""
+                body = note + (_clip(text, budget) or "(no readable text)")
+            sections.append(f"[{url}] {title}\n{body}")
         text = "\n\n".join(sections)
         if offline == len(urls):
             text = "[offline] crawl_page could not reach any page (network unreachable)\n" + text
         error = None if all_ok else ("offline" if offline == len(urls) else "partial failure")
         return Observation(text=text, ok=all_ok, latency_s=0.0, error=error)
+
+    def _summaries(self, goal: str | None, pages: dict[str, tuple[str, str]]) -> dict[str, str]:
+        """url -> summary, or -> a "[summary unavailable: ...]" note; {} without a summarizer."""
+        if self.summarizer is None or not pages:
+            return {}
+        from coa_lab.tools.page_summary import summarize_pages
+
+        todo = [(u, t, x) for u, (t, x) in pages.items() if x.strip()]
+        result = summarize_pages(self.summarizer, goal, todo, max_input_chars=self.summary_input_chars,
+                                 max_new_tokens=self.summary_max_new_tokens)
+        if isinstance(result, str):
+            return {u: f"[summary unavailable: {result}; raw page text follows]" for u, _, _ in todo}
+        return {u: (s if s is not None else "[summary unavailable: empty reply; raw page text follows]")
+                for (u, _, _), s in zip(todo, result)}
+
+
+def _clip(text: str, budget: int) -> str:
+    if len(text) > budget:
+        return text[:budget].rsplit(" ", 1)[0] + " ...[page truncated]"
+    return text

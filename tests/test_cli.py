@@ -1,0 +1,49 @@
+"""The `coa-lab` command line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from coa_lab.cli import main, parse_overrides
+
+
+def test_parse_overrides_types():
+    assert parse_overrides(["rl.steps=2", "model.name=Qwen/Qwen2.5-3B-Instruct", "gen.temperature=0.5"]) == {
+        "rl": {"steps": 2}, "model": {"name": "Qwen/Qwen2.5-3B-Instruct"}, "gen": {"temperature": 0.5}}
+    with pytest.raises(SystemExit, match="section.field=value"):
+        parse_overrides(["steps=2"])
+
+
+def test_unknown_field_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="rl has no field"):
+        main(["rl", "--run", str(tmp_path), "--set", "rl.stepz=2"])
+
+
+def test_stage_without_inputs_names_the_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="traces.jsonl"):
+        main(["distill", "--run", str(tmp_path)])
+
+
+def test_exec_subcommand_prints_one_json_object(tmp_path):
+    prog = tmp_path / "p.py"
+    prog.write_text("print(sum(range(10)))\n")
+    out = subprocess.run([sys.executable, "-m", "coa_lab.cli", "exec", str(prog), "--timeout", "5"],
+                         capture_output=True, text=True, timeout=60)
+    result = json.loads(out.stdout)
+    assert result["stdout"].strip() == "45" and result["exit_code"] == 0 and not result["timed_out"]
+
+
+def test_help_lists_every_stage():
+    out = subprocess.run([sys.executable, "-m", "coa_lab.cli", "--help"], capture_output=True, text=True, timeout=60)
+    for stage in ("capture", "distill", "sft", "rl", "eval", "demo", "exec"):
+        assert stage in out.stdout
+
+
+def test_data_inspect_and_gold_policy(capsys):
+    assert main(["data", "inspect", "datasets/math/gsm8k/eval.jsonl"]) == 0
+    out = capsys.readouterr().out
+    assert "gsm8k" in out and "200" in out
+    assert main(["eval", "--policy", "gold", "--suite", "datasets/math/gsm8k/eval.jsonl"]) == 0
+    assert "100" in capsys.readouterr().out

@@ -1,0 +1,99 @@
+"""The rollout loop: stop at a tool call, run the real tool, inject the observation, mask it.
+
+A scripted generator replays fixed model outputs so each branch of the loop is exercised
+deterministically; the tools are the real sandbox and the real BM25 index.
+"""
+
+import pytest
+
+from coa_lab import protocol
+from coa_lab.agents.coa_runner import ALREADY_SEARCHED, run_coa
+from coa_lab.config import GenerationConfig
+from coa_lab.llm import Generation
+from coa_lab.models import load_tokenizer
+from coa_lab.tasks.records import Task
+from coa_lab.tools.registry import FunctionTool, ToolRegistry, build_tools
+
+pytestmark = pytest.mark.model
+
+
+class Scripted:
+    """Replays `turns[i]` for the i-th generate call of each rollout, like a model would."""
+
+    def __init__(self, tokenizer, turns: list[str], finish: list[str] | None = None):
+        self.tokenizer = tokenizer
+        self.turns = turns
+        self.finish = finish or ["stop"] * len(turns)
+        self.calls = 0
+        self.seen_prompts = []
+
+    def generate(self, prompts, max_new_tokens, temperature=0.0, top_p=1.0, stop=()):
+        text, finish = self.turns[self.calls], self.finish[self.calls]
+        self.calls += 1
+        self.seen_prompts.append(prompts)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][:max_new_tokens]
+        return [Generation(list(ids), self.tokenizer.decode(ids), finish, len(p)) for p in prompts]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("embedded")
+
+
+MATH = Task("t1", "What is 6 times 7?", ["42"], "test", "math", {})
+
+
+def test_tool_call_runs_in_sandbox_and_observation_is_masked(tok):
+    gen = Scripted(tok, [
+        "<think>multiply</think>\n<code>\n```python\nprint(6 * 7)\n```\n</code>",
+        "<think>it is 42</think>\n<answer>\\boxed{42}</answer>",
+    ])
+    [r] = run_coa(gen, [MATH], build_tools(["code"]), GenerationConfig(max_turns=3))
+    assert r.finish == "answer" and r.tool_calls == 1 and r.tool_errors == 0
+    assert "<observation>\n42\n</observation>" in r.text
+    assert protocol.final_answer(r.text) == "42"
+    assert protocol.validate(r.text, "math") == []
+    # the second turn saw the first turn AND the observation as its context
+    assert gen.seen_prompts[1][0] == r.prompt_ids + r.response_ids[: len(gen.seen_prompts[1][0]) - len(r.prompt_ids)]
+    masked = tok.decode([t for t, m in zip(r.response_ids, r.response_mask) if m == 0])
+    assert masked == protocol.wrap_observation("42")
+    trained = tok.decode([t for t, m in zip(r.response_ids, r.response_mask) if m == 1])
+    assert "42\n</observation>" not in trained and "<answer>" in trained
+
+
+def test_repeated_identical_call_gets_canned_observation(tok):
+    call = "<wiki_search>Scott Derrickson</wiki_search>"
+    gen = Scripted(tok, [call, call, "<answer>American</answer>"])
+    task = Task("h", "Nationality of Scott Derrickson?", ["American"], "test", "mhqa", {})
+    [r] = run_coa(gen, [task], build_tools(["wiki_search"]), GenerationConfig(max_turns=4))
+    assert r.tool_calls == 2 and r.tool_errors == 1
+    assert ALREADY_SEARCHED in r.text and "Scott Derrickson" in r.text.split("<observation>")[1]
+
+
+def test_response_budget_truncates_and_flags(tok):
+    gen = Scripted(tok, ["<think>" + "very long thought " * 50 + "</think>"], ["length"])
+    [r] = run_coa(gen, [MATH], build_tools(["code"]), GenerationConfig(max_turns=2, max_response_tokens=40))
+    assert r.truncated and r.finish == "length" and len(r.response_ids) <= 40
+
+
+def test_no_action_and_eos_end_the_rollout(tok):
+    gen = Scripted(tok, ["I think it is 42.<|im_end|>"], ["eos"])
+    [r] = run_coa(gen, [MATH], build_tools(["code"]), GenerationConfig())
+    assert r.finish == "eos" and r.tool_calls == 0 and protocol.final_answer(r.text) is None
+
+
+def test_failing_tool_becomes_an_observation(tok):
+    def boom(arg):
+        raise RuntimeError("backend down")
+
+    tools = ToolRegistry([FunctionTool("code", "always fails", boom)])
+    gen = Scripted(tok, ["<code>print(1)</code>", "<answer>\\boxed{1}</answer>"])
+    [r] = run_coa(gen, [MATH], tools, GenerationConfig())
+    assert r.finish == "answer" and r.tool_errors == 1 and "backend down" in r.text
+
+
+def test_samples_are_grouped_per_task(tok):
+    gen = Scripted(tok, ["<answer>\\boxed{42}</answer>"])
+    other = Task("t2", "What is 1+1?", ["2"], "test", "math", {})
+    rs = run_coa(gen, [MATH, other], build_tools(["code"]), GenerationConfig(), samples=3)
+    assert [r.task.id for r in rs] == ["t1"] * 3 + ["t2"] * 3

@@ -1,0 +1,132 @@
+"""coa_lab/config.py: presets build, overrides apply and never leak, errors are helpful."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from coa_lab.config import PRESETS, Preset, get_preset
+
+CPU_PRESETS = ("cpu-tiny", "cpu-smoke")
+SECTIONS = ("model", "gen", "capture", "distill", "sft", "rl", "eval")
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds(name):
+    p = get_preset(name)
+    assert isinstance(p, Preset)
+    assert p.name == name
+    for section in SECTIONS:
+        assert dataclasses.is_dataclass(getattr(p, section))
+    d = p.to_dict()
+    assert d["name"] == name and set(SECTIONS) <= set(d)
+    # sanity: the numbers that the pipeline divides / slices by are positive
+    assert p.rl.group_size >= 2 and p.rl.prompts_per_step >= 1
+    assert 0 < p.rl.clip_low < 1 and p.rl.clip_high >= p.rl.clip_low
+    assert p.rl.overlong_buffer < p.gen.max_response_tokens
+    assert p.gen.max_new_tokens <= p.gen.max_response_tokens
+    assert p.sft.max_length > 0 and p.distill.min_tool_calls <= p.distill.max_tool_calls
+
+
+def test_default_preset_is_cpu_tiny():
+    assert get_preset().name == "cpu-tiny"
+
+
+def test_overrides_apply():
+    p = get_preset("cpu-tiny", sft={"epochs": 1, "batch_size": 2}, rl={"steps": 7}, seed=5, suites=("math",))
+    assert p.sft.epochs == 1 and p.sft.batch_size == 2
+    assert p.rl.steps == 7
+    assert p.seed == 5 and p.suites == ("math",)
+    # untouched fields keep the preset's value
+    base = get_preset("cpu-tiny")
+    assert p.sft.learning_rate == base.sft.learning_rate
+    assert p.rl.group_size == base.rl.group_size
+    assert p.gen == base.gen
+
+
+def test_overrides_keep_preset_specific_values():
+    p = get_preset("cpu-smoke", rl={"steps": 3})
+    assert p.rl.steps == 3
+    assert p.rl.group_size == get_preset("cpu-smoke").rl.group_size == 2  # not the dataclass default (4)
+
+
+def test_presets_are_fresh_per_call():
+    a = get_preset("cpu-tiny")
+    b = get_preset("cpu-tiny")
+    assert a is not b and a.rl is not b.rl and a.model is not b.model
+    a.rl.steps = 999
+    a.sft.epochs = 42
+    a.gen.max_turns = 77
+    c = get_preset("cpu-tiny")
+    assert c.rl.steps != 999 and c.sft.epochs != 42 and c.gen.max_turns != 77
+    assert b.rl.steps != 999
+
+
+def test_override_does_not_leak_into_later_calls():
+    get_preset("cpu-smoke", rl={"steps": 123}, model={"lora_r": 2})
+    again = get_preset("cpu-smoke")
+    assert again.rl.steps == 1 and again.model.lora_r == 16
+
+
+def test_override_does_not_mutate_caller_dict():
+    overrides = {"steps": 9}
+    get_preset("cpu-tiny", rl=overrides)
+    assert overrides == {"steps": 9}
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError) as exc:
+        get_preset("gpu-70b")
+    msg = str(exc.value)
+    assert "gpu-70b" in msg
+    for name in PRESETS:
+        assert name in msg  # the error lists the choices
+
+
+def test_unknown_section():
+    with pytest.raises(ValueError, match="no section 'training'"):
+        get_preset("cpu-tiny", training={"epochs": 1})
+
+
+def test_unknown_field_names_the_fields():
+    with pytest.raises(ValueError) as exc:
+        get_preset("cpu-tiny", rl={"step": 1, "group_size": 2})
+    msg = str(exc.value)
+    assert "rl" in msg and "'step'" in msg
+    assert "steps" in msg and "clip_high" in msg  # lists the valid fields
+    assert "group_size" not in msg.split("fields:")[0]  # only the unknown one is blamed
+
+
+def test_section_override_must_be_a_dict():
+    with pytest.raises(ValueError, match="must be a dict"):
+        get_preset("cpu-tiny", rl=5)
+
+
+def test_method_name_is_not_a_section():
+    with pytest.raises(ValueError):
+        get_preset("cpu-tiny", to_dict={"x": 1})
+
+
+@pytest.mark.parametrize("name", CPU_PRESETS)
+def test_cpu_presets_have_no_gpu_only_features(name):
+    p = get_preset(name)
+    assert p.model.load_in_4bit is False
+    assert p.model.use_unsloth is False
+    assert p.gen.backend != "vllm"
+    assert p.model.dtype == "float32"
+
+
+def test_gpu_3b_qlora_paper_rl_settings():
+    p = get_preset("gpu-3b-qlora")
+    assert p.rl.group_size == 8  # paper-facts: group size 8
+    assert p.rl.clip_low == 0.2 and p.rl.clip_high == 0.28  # DAPO clip-higher
+    assert p.rl.learning_rate == 1e-6
+    assert p.model.load_in_4bit is True and p.model.lora_r > 0
+    assert p.gen.backend == "vllm"
+
+
+def test_multinode_is_full_finetune():
+    p = get_preset("multinode-32b")
+    assert p.model.lora_r == 0 and p.model.load_in_4bit is False
+    assert p.rl.group_size == 8 and (p.rl.clip_low, p.rl.clip_high) == (0.2, 0.28)

@@ -1,0 +1,50 @@
+"""Model loading: the embedded offline model, clear errors for bad names and missing extras."""
+
+import pytest
+
+from coa_lab.config import ModelConfig
+from coa_lab.models import ModelLoadError, embedded_model_dir, load_model, load_tokenizer, require
+
+pytestmark = pytest.mark.model
+
+
+def test_embedded_model_is_converted_once_and_cached():
+    path = embedded_model_dir()
+    assert (path / "model.safetensors").exists() and (path / "tokenizer.json").exists()
+    mtime = (path / "model.safetensors").stat().st_mtime
+    assert embedded_model_dir() == path  # second call reuses the cache
+    assert (path / "model.safetensors").stat().st_mtime == mtime
+
+
+def test_embedded_tokenizer_ends_turns_at_im_end():
+    tok = load_tokenizer("embedded")
+    # The GGUF metadata says <|im_start|>; generation must stop at the end of the turn.
+    assert tok.eos_token == "<|im_end|>"
+    assert tok.padding_side == "left"
+
+
+def test_load_model_with_lora_only_trains_adapters():
+    model, tok = load_model(ModelConfig(lora_r=4, lora_alpha=8), trainable=True)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    ids = tok("Hello", return_tensors="pt")["input_ids"]
+    assert model(input_ids=ids).logits.shape[-1] == model.config.vocab_size
+
+
+def test_unknown_model_name_gives_clear_error():
+    with pytest.raises(ModelLoadError, match="could not load model 'no-such-org/no-such-model'"):
+        load_model(ModelConfig(name="no-such-org/no-such-model"))
+
+
+def test_4bit_on_cpu_is_refused_with_a_hint():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ModelLoadError, match="needs a CUDA GPU"):
+        load_model(ModelConfig(load_in_4bit=True))
+
+
+def test_missing_optional_package_names_the_extra():
+    with pytest.raises(ModelLoadError, match=r"\[gpu\]"):
+        require("surely_not_a_real_package_xyz", "gpu")

@@ -1,0 +1,78 @@
+"""The whole recipe end to end on the embedded model, as small as it goes (cpu-smoke).
+
+Every stage does real work: the teacher model runs tools, distillation filters, SFT trains a
+LoRA, DAPO rolls out and updates, evaluation scores three models. The figures are checked
+for consistency with the files each stage wrote, not for quality (a 135M model in a minute
+of training is not expected to get better).
+"""
+
+import json
+import math
+
+import pytest
+
+from coa_lab.config import get_preset
+from coa_lab.pipeline import run_all
+from coa_lab.trajectories import load_records
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("smoke")
+    run_all(get_preset("cpu-smoke"), run, log=lambda *_: None)
+    return run
+
+
+def test_capture_recorded_teacher_runs(run_dir):
+    summary = json.loads((run_dir / "capture" / "summary.json").read_text())
+    lines = (run_dir / "capture" / "traces.jsonl").read_text().splitlines()
+    assert summary["runs"] == len(lines) == 4  # 2 tasks x 2 suites
+    assert summary["activations"] == sum(len(json.loads(l)["activations"]) for l in lines)
+    assert summary["tool_calls"] >= 4  # one hop per run, tools really ran
+
+
+def test_distill_kept_a_filtered_subset(run_dir):
+    summary = json.loads((run_dir / "distill" / "summary.json").read_text())
+    kept = load_records(run_dir / "distill" / "kept.jsonl")
+    everything = load_records(run_dir / "distill" / "all.jsonl")
+    assert len(kept) == summary["kept"] and len(everything) == summary["input"]
+    assert 0 < len(kept) < len(everything)
+    for source, counts in summary["by_source"].items():
+        stages = [counts["input"], counts["correctness"], counts["complexity"], counts["quality"], counts["reflection"]]
+        assert stages == sorted(stages, reverse=True), source  # progressive: never grows
+    assert all(r.reward == 1.0 for r in kept)
+
+
+def test_sft_trained_with_masked_observations(run_dir):
+    summary = json.loads((run_dir / "sft" / "summary.json").read_text())
+    assert (run_dir / "sft" / "adapter" / "adapter_config.json").exists()
+    assert summary["masked_observation_tokens"] > 0 and summary["trained_tokens"] > 0
+    assert all(math.isfinite(x) for x in summary["losses"])
+
+
+def test_rl_logged_every_step(run_dir):
+    rows = [json.loads(l) for l in (run_dir / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == get_preset("cpu-smoke").rl.steps
+    for row in rows:
+        assert 0.0 <= row["accuracy"] <= 1.0 and row["sampled_groups"] >= row["kept_groups"]
+    assert (run_dir / "rl" / "adapter" / "adapter_config.json").exists()
+
+
+def test_eval_compares_three_models_and_teacher_cost(run_dir):
+    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+    assert {"base", "sft", "rl"} <= summary.keys()
+    for label in ("base", "sft", "rl"):
+        for suite in ("math", "mhqa"):
+            s = summary[label][suite]
+            assert s["tasks"] == 2 and 0 <= s["accuracy"] <= 1 and 0 <= s["format_valid"] <= 1
+    assert summary["teacher_cost"]["tokens_per_task"] > 0
+
+
+def test_report_and_plots_written(run_dir):
+    report = (run_dir / "report.md").read_text()
+    for stage in ("capture", "distill", "sft", "rl", "eval"):
+        assert f"| {stage} |" in report
+    assert (run_dir / "sft_loss.png").stat().st_size > 1000
+    assert (run_dir / "eval.png").stat().st_size > 1000

@@ -1,0 +1,89 @@
+"""The DAPO loop around the pure functions: dynamic sampling on accuracy, the update itself,
+and a full train_rl run whose rollouts come from a scripted policy (so rewards are known)."""
+
+import json
+
+import pytest
+import torch
+
+from coa_lab.agents.coa_runner import run_coa
+from coa_lab.config import get_preset
+from coa_lab.llm import Generation
+from coa_lab.models import load_model
+from coa_lab.rl.trainer import collect_batch, policy_update, score_rollouts, train_rl
+from coa_lab.tasks.records import Task
+from coa_lab.tools.registry import build_tools
+
+pytestmark = pytest.mark.model
+
+
+class Alternating:
+    """Rollout i answers outputs[i % len(outputs)]: a policy with a known success rate."""
+
+    def __init__(self, tokenizer, outputs):
+        self.tokenizer, self.outputs = tokenizer, outputs
+
+    def generate(self, prompts, max_new_tokens, temperature=0.0, top_p=1.0, stop=()):
+        out = []
+        for i, p in enumerate(prompts):
+            ids = self.tokenizer(self.outputs[i % len(self.outputs)], add_special_tokens=False)["input_ids"]
+            out.append(Generation(ids, self.tokenizer.decode(ids), "stop", len(p)))
+        return out
+
+
+TASKS = [Task(f"t{i}", f"What is {i} + {i}?", [str(2 * i)], "test", "math", {}) for i in range(1, 7)]
+
+
+@pytest.fixture(scope="module")
+def model_and_tok():
+    return load_model(get_preset("cpu-smoke").model, trainable=True)
+
+
+def test_dynamic_sampling_keeps_only_groups_with_mixed_accuracy(model_and_tok):
+    _, tok = model_and_tok
+    preset = get_preset("cpu-smoke", rl={"prompts_per_step": 2, "group_size": 2, "max_sampling_rounds": 2})
+    right_then_wrong = Alternating(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{0}</answer>"])
+    # task t1's gold is 2: rollouts alternate right/wrong -> informative; others: all wrong
+    pool = iter([TASKS[0], TASKS[1], TASKS[0], TASKS[2], TASKS[0], TASKS[3]])
+    groups, rewards, stats = collect_batch(right_then_wrong, pool, build_tools(["code"]), preset)
+    assert [g[0].task.id for g in groups] == ["t1", "t1"]
+    assert stats["rounds"] == 2 and stats["sampled_groups"] == 3  # 2 drawn, then 1 refill
+    assert all(sorted(r) == [0.0, 1.0] for r in rewards)
+
+
+def test_score_rollouts_shapes_but_accuracy_stays_binary(model_and_tok):
+    _, tok = model_and_tok
+    long_answer = "<think>" + "a " * 120 + "</think><answer>\\boxed{2}</answer>"
+    gen = Alternating(tok, [long_answer])
+    cfg = get_preset("cpu-smoke", gen={"max_new_tokens": 400, "max_response_tokens": 400}).gen
+    rollouts = run_coa(gen, TASKS[:1], build_tools(["code"]), cfg)
+    assert not rollouts[0].truncated and 100 < len(rollouts[0].response_ids) < 160
+    accuracy, shaped = score_rollouts(rollouts, max_len=160, buffer=100)
+    assert accuracy == [1.0] and shaped[0] < 1.0  # correct but too long: punished softly
+
+
+def test_policy_update_moves_only_lora_weights(model_and_tok):
+    model, tok = model_and_tok
+    preset = get_preset("cpu-smoke")
+    gen = Alternating(tok, ["<code>\nprint(2)\n</code>", "<answer>\\boxed{2}</answer>"])
+    rollouts = run_coa(gen, [TASKS[0]], build_tools(["code"]), preset.gen, samples=2)
+    lora = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad and "embed" in n}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    stats = policy_update(model, opt, [rollouts], [[1.0, 0.0]], preset, tok.pad_token_id)
+    assert torch.isfinite(torch.tensor(stats["loss"]))
+    assert stats["masked_observation_tokens"] == sum(r.response_mask.count(0) for r in rollouts)
+    assert stats["train_tokens"] == sum(sum(r.response_mask) for r in rollouts)
+    changed = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p, lora[n])]
+    assert changed
+    assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+
+
+def test_train_rl_logs_steps_and_saves_adapter(tmp_path):
+    preset = get_preset("cpu-smoke", rl={"steps": 2, "prompts_per_step": 1, "group_size": 2, "max_sampling_rounds": 0})
+    factory = lambda model, tok: Alternating(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])  # noqa: E731
+    result = train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 == len(result.metrics)
+    assert all(r["kept_groups"] == 1 and r["accuracy"] == 0.5 and "loss" in r for r in rows)
+    assert (result.adapter_dir / "adapter_config.json").exists()

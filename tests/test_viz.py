@@ -1,0 +1,240 @@
+"""Viewer: escaped, role-coloured HTML; real trajectories render; browser logic; SFT mask view."""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import replace
+
+import pytest
+
+from coa_lab import protocol
+from coa_lab.distill.importers import load_imported
+from coa_lab.paths import DATASETS_DIR
+from coa_lab.protocol import block, wrap_observation
+from coa_lab.trajectories import TrajectoryRecord, save_records
+from coa_lab.viz import (MASKED_BADGE, ROLE_COLOURS, TrajectoryBrowser, mask_html, plot_curves,
+                         show_trajectory, trajectory_html)
+
+TRAJ_DIR = DATASETS_DIR / "trajectories"
+REAL_FILES = ("fireact_hotpotqa_react.jsonl", "tora70b_gsm8k.jsonl")
+
+VALID_MHQA = "\n".join([
+    block("plan", "Find the director, then the birthplace."),
+    block("think", "Search first."),
+    block("wiki_search", "Inception director"),
+    wrap_observation("Inception is directed by Christopher Nolan.").strip("\n"),
+    block("think", "Nolan; propose it."),
+    block("suggested_answer", "Christopher Nolan"),
+    block("double_check", "Score: 4, the page says so."),
+    block("answer", "Christopher Nolan"),
+])
+ALL_ROLES = VALID_MHQA + "\n" + block("reflection", "r")  # renders every role (grammar aside)
+OBS_CLASS = re.compile(r'class="coa-step coa-observation[ "]')
+
+
+def _esc(s: str) -> str:
+    return html.escape(s, quote=True)
+
+
+def _record(i: int, text: str, source: str = "teacher", profile: str = "mhqa") -> TrajectoryRecord:
+    return TrajectoryRecord(id=f"r{i}", task_id=f"t{i}", source=source, profile=profile,
+                            question=f"q{i}?", answers=["a"], text=text)
+
+
+# ----------------------------------------------------------------------------- trajectory_html
+
+
+def test_every_role_has_its_class_and_colour():
+    out = trajectory_html(ALL_ROLES)
+    assert set(ROLE_COLOURS) == set(protocol.ROLE_TAGS)  # a new role needs a colour
+    for tag in protocol.ROLE_TAGS:
+        assert f"coa-role-{tag}" in out
+        assert ROLE_COLOURS[tag][0] in out
+    assert "coa-legend" in out
+
+
+def test_tool_call_and_masked_observation():
+    out = trajectory_html(VALID_MHQA)
+    assert "coa-tool-name" in out and "tool: wiki_search" in out
+    assert len(OBS_CLASS.findall(out)) == 1
+    assert MASKED_BADGE in out
+    unmasked = trajectory_html(VALID_MHQA, show_mask=False)
+    assert MASKED_BADGE not in unmasked and len(OBS_CLASS.findall(unmasked)) == 1
+
+
+def test_content_is_escaped():
+    evil = ("<think>hi <script>alert('x')</script> & <b>bold</b></think>\n"
+            "<code>print('<script>')</code>\n<observation>\n<img src=x onerror=alert(1)>\n</observation>\n"
+            "<script>stray</script><answer>\"1\"</answer>")
+    out = trajectory_html(evil, profile="math", title="<script>t</script>")
+    assert "<script" not in out.lower()
+    assert "<img" not in out and "<b>bold" not in out
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in out
+    assert "&lt;img src=x onerror=alert(1)&gt;" in out
+    assert "&lt;script&gt;t&lt;/script&gt;" in out  # the title too
+
+
+def test_stray_text_and_problems_listed():
+    out = trajectory_html("hello there <think>unfinished", profile="mhqa")
+    assert "coa-text" in out and "stray text" in out
+    assert "coa-problems" in out and "truncated &lt;think&gt;" in out
+    assert "unclosed" in out  # the truncated block is flagged in place
+    assert "no &lt;answer&gt; block" in out  # grammar adds what parsing does not
+
+
+def test_validity_violations_listed():
+    bad = block("answer", "42") + "\n" + block("think", "too late") + "\n" + block("code", "print(1)")
+    out = trajectory_html(bad, profile="mhqa")
+    assert "coa-violations" in out
+    for violation in protocol.validate(bad, "mhqa"):
+        assert _esc(violation) in out
+    assert "coa-valid" not in out
+    good = trajectory_html(VALID_MHQA, profile="mhqa")
+    assert "coa-valid" in good and "coa-violations" not in good
+    assert "coa-violations" not in trajectory_html(bad)  # no profile, no grammar check
+
+
+def test_unknown_profile_is_reported_not_raised():
+    out = trajectory_html(VALID_MHQA, profile="chess")
+    assert "cannot validate" in out
+
+
+def test_long_observation_collapsed():
+    long_obs = "\n".join(f"line {i}" for i in range(100))
+    out = trajectory_html(block("code", "x") + wrap_observation(long_obs))
+    assert "<details>" in out and "line 99" in out
+    assert "<details>" not in trajectory_html(VALID_MHQA)
+
+
+# ----------------------------------------------------------------------------- real trajectories
+
+
+@pytest.fixture(scope="module")
+def real_records():
+    records = []
+    for name in REAL_FILES:
+        imported = load_imported(TRAJ_DIR / name)
+        assert imported, name
+        records += [t.to_record() for t in imported]
+    return records
+
+
+def test_real_trajectories_render(real_records):
+    for rec in real_records:
+        out = trajectory_html(rec.text, profile=rec.profile)
+        n_obs = sum(1 for s in protocol.parse(rec.text).steps if s.kind == "observation")
+        assert len(OBS_CLASS.findall(out)) == n_obs, rec.id
+        assert out.count(MASKED_BADGE) == n_obs + 1  # + the legend entry
+        assert "<script" not in out.lower()
+
+
+def test_show_trajectory_accepts_text_record_and_imported(real_records):
+    from IPython.display import HTML
+
+    rec = replace(real_records[0], reward=0.75)
+    shown = show_trajectory(rec)
+    assert isinstance(shown, HTML)
+    for field in ("coa-header", rec.source, rec.profile, "0.75", _esc(rec.question)):
+        assert field in shown.data
+    assert isinstance(show_trajectory(rec.text, profile="mhqa"), HTML)
+    imported = load_imported(TRAJ_DIR / REAL_FILES[1])[0]
+    assert "coa-header" in show_trajectory(imported).data
+    with pytest.raises(TypeError):
+        show_trajectory(42)
+
+
+# ----------------------------------------------------------------------------- browser
+
+
+@pytest.fixture
+def browser():
+    bad = block("answer", "x") + block("think", "late")
+    records = [_record(0, VALID_MHQA, "teacher"), _record(1, bad, "teacher"), _record(2, VALID_MHQA, "rl"),
+               _record(3, bad, "rl"), _record(4, VALID_MHQA, "rl")]
+    return TrajectoryBrowser(records)
+
+
+def test_browser_navigation_wraps(browser):
+    assert browser.label == "1 / 5" and browser.current.id == "r0"
+    assert browser.prev().id == "r4" and browser.label == "5 / 5"  # wraps backwards
+    assert browser.next().id == "r0"  # and forwards
+    for expected in ("r1", "r2", "r3", "r4", "r0"):
+        assert browser.next().id == expected
+    assert "coa-trajectory" in browser.html and "q0?" in browser.html
+
+
+def test_browser_filters(browser):
+    assert browser.set_filter(source="rl") == 3
+    assert browser.label == "1 / 3" and browser.current.id == "r2"
+    assert browser.set_filter(validity="invalid") == 2  # None lifts the source filter
+    assert [browser.records[i].id for i in browser.indices] == ["r1", "r3"]
+    assert browser.set_filter(source="rl", validity="valid") == 2
+    assert browser.next().id == "r4" and browser.next().id == "r2"
+    assert browser.set_filter() == 5
+    with pytest.raises(ValueError):
+        browser.set_filter(source="nope")
+    with pytest.raises(ValueError):
+        browser.set_filter(validity="maybe")
+
+
+def test_browser_dropdowns_drive_the_filter(browser):
+    browser._source.value = "teacher"
+    assert [browser.records[i].id for i in browser.indices] == ["r0", "r1"]
+    browser._validity.value = "valid"
+    assert browser.label == "1 / 1" and browser.current.id == "r0"
+
+
+def test_browser_empty_results_are_friendly():
+    b = TrajectoryBrowser([_record(0, VALID_MHQA)])
+    assert b.set_filter(validity="invalid") == 0
+    assert b.label == "0 / 0" and b.current is None
+    assert b.next() is None and b.prev() is None
+    assert "coa-empty" in b.html and "No trajectory matches" in b.html
+    empty = TrajectoryBrowser([])
+    assert empty.label == "0 / 0" and "no trajectories" in empty.html
+
+
+def test_browser_from_paths_and_widget(tmp_path, real_records):
+    path = save_records(real_records[:3], tmp_path / "kept.jsonl")
+    b = TrajectoryBrowser(path)
+    assert b.label == "1 / 3"
+    assert b.widget.__class__.__name__ == "VBox"
+    assert "application/vnd.jupyter.widget-view+json" in b._repr_mimebundle_()
+    raw = TrajectoryBrowser(TRAJ_DIR / REAL_FILES[0])  # raw FireAct rows, converted on load
+    assert len(raw.records) == len(load_imported(TRAJ_DIR / REAL_FILES[0]))
+    assert raw.set_filter(validity="valid") == len(raw.records)  # the shipped imports are valid
+
+
+# ----------------------------------------------------------------------------- mask_html and curves
+
+
+def test_mask_html_marks_exactly_the_ignored_tokens(real_records):
+    from coa_lab.models import load_tokenizer
+    from coa_lab.sft import IGNORE_INDEX, encode_example, record_messages
+
+    tok = load_tokenizer("embedded")
+    rec = real_records[0]
+    row = encode_example(tok, record_messages(rec), rec.text)
+    out = mask_html(tok, row["input_ids"], row["labels"])
+    classes = re.findall(r'class="coa-tok coa-tok-(masked|trained)"', out)
+    assert len(classes) == len(row["input_ids"])
+    assert [c == "masked" for c in classes] == [label == IGNORE_INDEX for label in row["labels"]]
+    assert row["n_observation_tokens"] > 0 and "masked (label -100)" in out
+    # Token text is escaped: the tags of the trajectory appear as text, never as markup.
+    assert "&lt;" in out and "<observation" not in out
+
+
+def test_mask_html_rejects_mismatched_lengths():
+    from coa_lab.models import load_tokenizer
+
+    with pytest.raises(ValueError):
+        mask_html(load_tokenizer("embedded"), [1, 2], [1])
+
+
+def test_plot_curves():
+    fig = plot_curves({"loss": [2.0, 1.5, 1.2], "val": [2.1, 1.9]}, "SFT loss", "loss")
+    ax = fig.axes[0]
+    assert len(ax.lines) == 2 and ax.get_title() == "SFT loss" and ax.get_ylabel() == "loss"
+    assert ax.get_legend() is not None
+    assert len(plot_curves({}, "empty", "r").axes[0].lines) == 0
