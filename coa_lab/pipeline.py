@@ -150,11 +150,20 @@ def rl(preset: Preset, run: Path) -> dict:
     from coa_lab.rl.trainer import train_rl
 
     t0 = time.time()
+    from coa_lab.tasks.records import Task
+    from coa_lab.trajectories import load_records
+
     # Fresh training questions: skip the ones the teacher saw during capture.
     tasks = tasks_for(preset, "train", preset.rl.pool_size, offset=preset.capture.tasks_per_suite)
+    kept = run / "distill" / "kept.jsonl"
+    n_sft = 0
+    if preset.rl.pool_includes_sft_questions and kept.exists():
+        sft_tasks = [Task(r.task_id, r.question, list(r.answers), r.source, r.profile, {}) for r in load_records(kept)]
+        tasks, n_sft = sft_tasks + tasks, len(sft_tasks)
     adapter = run / "sft" / "adapter"
     result = train_rl(preset, tasks, make_tools(preset), run / "rl", adapter=adapter if adapter.exists() else None)
-    summary = {"steps": len(result.metrics), "metrics": result.metrics, "seconds": round(time.time() - t0, 1)}
+    summary = {"steps": len(result.metrics), "metrics": result.metrics, "pool": len(tasks),
+               "pool_from_sft": n_sft, "seconds": round(time.time() - t0, 1)}
     _write_json(run / "rl" / "summary.json", summary)
     return summary
 

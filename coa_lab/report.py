@@ -40,7 +40,10 @@ def write_report(run: str | Path) -> Path:
         m = rl["metrics"]
         kept = sum(x["kept_groups"] for x in m)
         sampled = sum(x["sampled_groups"] for x in m)
-        rows.append(("rl", f"{len(m)} DAPO steps, reward {_fmt(m[0]['reward_mean'])} → {_fmt(m[-1]['reward_mean'])}, "
+        pool = f" (pool: {rl['pool']} questions, {rl['pool_from_sft']} of them from the SFT set)" if "pool" in rl else ""
+        updates = sum(1 for x in m if "loss" in x)
+        rows.append(("rl", f"{len(m)} DAPO steps{pool}, {updates} with an update, "
+                     f"reward {_fmt(m[0]['reward_mean'])} → {_fmt(m[-1]['reward_mean'])}, "
                      f"{kept}/{sampled} groups kept by dynamic sampling, "
                      f"clip fraction {_fmt(sum(x.get('clip_frac', 0) for x in m) / len(m))}", rl["seconds"]))
     if ev:

@@ -169,7 +169,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
         model, tokenizer, preset.gen.batch_size, compute=compute)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=rl.learning_rate, weight_decay=0.0)
-    pool = list(train_tasks)[: rl.pool_size]
+    pool = list(train_tasks)
     if not pool:
         raise ValueError("RL needs training tasks; the pool is empty")
 

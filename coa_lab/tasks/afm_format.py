@@ -8,6 +8,7 @@ One row per task, matching the release's own files (``AFM/data/code_agent/...``)
     reward_model  {"ground_truth": ..., "style": "rule"}
     extra_info    {"index": str, "need_tools_kwargs": True, "split": str,
                    "tools_kwargs": {tool: {"TODO": "create_kwargs"}}, ...}
+                  (that "TODO" value is verbatim what the release's own files carry; verl reads it)
 
 ``ground_truth`` is a string for math (the answer) and for code (JSON text:
 ``{"stdin": [...], "expected_output": [...]}`` or ``{"functional": "<assert code>"}``); MHQA
