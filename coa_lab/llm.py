@@ -202,3 +202,23 @@ class OpenAIChatBackend:
                 results.append(Generation([], text.strip(), "eos" if choice.get("finish_reason") == "stop" else "length",
                                           int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))))
         return results
+
+
+def make_generator(preset, adapter=None, model_name: str | None = None):
+    """The preset's generation backend: "hf" (transformers, any device) or "vllm" (GPU extra).
+
+    adapter: a LoRA adapter directory (SFT/RL output) to sample from; model_name: another
+    model than the preset's (a stronger teacher, say)."""
+    import dataclasses
+
+    from coa_lab.models import compute_context, load_model, load_tokenizer, resolve_model
+
+    cfg = preset.model if model_name is None else dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
+    if preset.gen.backend == "vllm":
+        gen = VLLMGenerator(resolve_model(cfg.name), load_tokenizer(cfg.name), max_lora_rank=max(cfg.lora_r, 8))
+        gen.set_adapter(adapter)
+        return gen
+    if preset.gen.backend != "hf":
+        raise ValueError(f"unknown generation backend {preset.gen.backend!r}; use 'hf' or 'vllm'")
+    model, tokenizer = load_model(cfg, adapter=adapter)
+    return HFGenerator(model, tokenizer, preset.gen.batch_size, compute=lambda: compute_context(model, cfg))

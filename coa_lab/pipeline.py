@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from coa_lab.config import Preset
+from coa_lab.llm import make_generator
 
 STAGES = ("capture", "distill", "sft", "rl", "eval")
 
@@ -54,17 +55,6 @@ def make_tools(preset: Preset):
     return build_tools(names)
 
 
-def _generator(preset: Preset, adapter: Path | None = None, model_name: str | None = None):
-    import dataclasses
-
-    from coa_lab.llm import HFGenerator
-    from coa_lab.models import compute_context, load_model
-
-    cfg = preset.model if model_name is None else dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
-    model, tokenizer = load_model(cfg, adapter=adapter)
-    return HFGenerator(model, tokenizer, preset.gen.batch_size, compute=lambda: compute_context(model, cfg))
-
-
 # ------------------------------------------------------------------------------- stages
 
 
@@ -73,7 +63,7 @@ def capture(preset: Preset, run: Path) -> dict:
 
     t0 = time.time()
     tasks = tasks_for(preset, "train", preset.capture.tasks_per_suite)
-    backend = _generator(preset, model_name=preset.capture.teacher_model)
+    backend = make_generator(preset, model_name=preset.capture.teacher_model)
     runs = run_teacher(backend, tasks, make_tools(preset), preset.capture, preset.gen.observation_chars)
     save_runs(runs, run / "capture" / "traces.jsonl")
     summary = {"runs": len(runs), "activations": sum(len(r.activations) for r in runs),
@@ -183,7 +173,7 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
         adapter = None if label == "base" else run / label / "adapter"
         if adapter is not None and not adapter.exists():
             continue
-        result = evaluate(_generator(preset, adapter), by_suite, tools, preset, label=label)
+        result = evaluate(make_generator(preset, adapter), by_suite, tools, preset, label=label)
         save_eval(result, run / "eval")
         out[label] = result.summary()
     traces = run / "capture" / "traces.jsonl"

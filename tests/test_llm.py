@@ -87,3 +87,16 @@ def test_openai_backend_talks_to_a_local_server(monkeypatch):
         server.shutdown()
     assert g.text == "Paris" and g.prompt_tokens == 11 and g.completion_tokens == 2 and g.finish_reason == "eos"
     assert seen == {"auth": "Bearer k123", "model": "teacher-x"}
+
+
+def test_make_generator_follows_the_preset_backend():
+    from coa_lab.config import get_preset
+    from coa_lab.llm import make_generator
+    from coa_lab.models import ModelLoadError
+
+    gen = make_generator(get_preset("cpu-smoke"))
+    assert isinstance(gen, HFGenerator) and gen.compute is not None  # bf16 autocast on CPU
+    with pytest.raises(ValueError, match="unknown generation backend"):
+        make_generator(get_preset("cpu-smoke", gen={"backend": "tgi"}))
+    with pytest.raises(ModelLoadError, match=r"\[gpu\]"):  # vLLM is not installed on the CPU path
+        make_generator(get_preset("cpu-smoke", gen={"backend": "vllm"}))

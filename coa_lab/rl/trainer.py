@@ -150,6 +150,21 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     return out
 
 
+def _vllm_sampler(preset: Preset, tokenizer, adapter):
+    """vLLM generates from the base weights plus a LoRA adapter it re-reads after each update.
+    Full fine-tuning (lora_r == 0) would need weight broadcasting into the engine, which this
+    lab does not implement: use gen.backend='hf' for it."""
+    from coa_lab.llm import VLLMGenerator
+    from coa_lab.models import resolve_model
+
+    if preset.model.lora_r == 0:
+        raise ValueError("RL with vLLM sampling needs a LoRA policy (model.lora_r > 0); "
+                         "for full fine-tuning set gen.backend='hf'")
+    gen = VLLMGenerator(resolve_model(preset.model.name), tokenizer, max_lora_rank=preset.model.lora_r)
+    gen.set_adapter(adapter)
+    return gen
+
+
 def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adapter: str | Path | None = None,
              generator_factory=None) -> RLResult:
     """Run `preset.rl.steps` DAPO steps from `adapter` (the SFT output) on `train_tasks`."""
@@ -165,8 +180,12 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     torch.manual_seed(preset.seed)
     model, tokenizer = load_model(preset.model, adapter=adapter, trainable=True)
     compute = lambda: compute_context(model, preset.model)  # noqa: E731 - same numerics for sampling and training
-    generator = generator_factory(model, tokenizer) if generator_factory else HFGenerator(
-        model, tokenizer, preset.gen.batch_size, compute=compute)
+    if generator_factory is not None:
+        generator = generator_factory(model, tokenizer)
+    elif preset.gen.backend == "vllm":
+        generator = _vllm_sampler(preset, tokenizer, adapter)
+    else:  # the policy itself samples: always the current weights
+        generator = HFGenerator(model, tokenizer, preset.gen.batch_size, compute=compute)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=rl.learning_rate, weight_decay=0.0)
     pool = list(train_tasks)
@@ -197,6 +216,10 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             }
             if groups:
                 row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute))
+                if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
+                    step_dir = out_dir / "sampler" / f"step{step}"
+                    model.save_pretrained(step_dir)
+                    generator.set_adapter(step_dir)
                 row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
             else:
                 row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
