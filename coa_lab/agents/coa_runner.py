@@ -53,13 +53,11 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
 
     tools: a ToolRegistry; each task's profile decides which of its tools are announced.
     """
-    from coa_lab.protocol import PROFILE_TOOLS
-
     temperature = cfg.temperature if temperature is None else temperature
     tok = generator.tokenizer
     rollouts: list[Rollout] = []
     for task in tasks:
-        names = [t for t in PROFILE_TOOLS[task.profile] if t in tools]
+        names = [t for t in protocol.PROFILE_TOOLS[task.profile] if t in tools]
         prompt = chat_prompt_ids(tok, task_messages(task.profile, task.question, names))
         rollouts.extend(Rollout(task, list(prompt)) for _ in range(samples))
     stops = protocol.stop_strings(tools.names())
