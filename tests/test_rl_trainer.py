@@ -13,6 +13,7 @@ from coa_lab.models import load_model
 from coa_lab.rl.trainer import collect_batch, policy_update, score_rollouts, train_rl
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
+from coa_lab.trajectories import load_records
 
 pytestmark = pytest.mark.model
 
@@ -87,3 +88,24 @@ def test_train_rl_logs_steps_and_saves_adapter(tmp_path):
     assert len(rows) == 2 == len(result.metrics)
     assert all(r["kept_groups"] == 1 and r["accuracy"] == 0.5 and "loss" in r for r in rows)
     assert (result.adapter_dir / "adapter_config.json").exists()
+    assert len(load_records(tmp_path / "rollouts.jsonl")) == 2 * 2  # 2 steps x group of 2
+
+
+def test_interrupted_rl_keeps_the_last_finished_step(tmp_path):
+    preset = get_preset("cpu-smoke", rl={"steps": 3, "prompts_per_step": 1, "group_size": 2, "max_sampling_rounds": 0})
+    calls = {"n": 0}
+
+    class Interrupting(Alternating):
+        def generate(self, *a, **kw):
+            calls["n"] += 1
+            if calls["n"] == 2:  # the second step's sampling is cut off (Ctrl-C, a killed job)
+                raise KeyboardInterrupt
+            return super().generate(*a, **kw)
+
+    factory = lambda model, tok: Interrupting(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])  # noqa: E731
+    with pytest.raises(KeyboardInterrupt):
+        train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and "loss" in rows[0]
+    assert (tmp_path / "adapter" / "adapter_config.json").exists()  # step 0's updated policy survived
+    assert len(load_records(tmp_path / "rollouts.jsonl")) == 2

@@ -199,6 +199,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
 
     pool_iter = cycle()
     metrics_path = out_dir / "metrics.jsonl"
+    adapter_dir = out_dir / "adapter"
     metrics, sampled = [], []
     with open(metrics_path, "w") as log:
         for step in range(rl.steps):
@@ -227,8 +228,9 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             metrics.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
-    save_records(sampled, out_dir / "rollouts.jsonl")  # every sampled trajectory, to inspect
-    adapter_dir = out_dir / "adapter"
-    model.save_pretrained(adapter_dir)
-    tokenizer.save_pretrained(adapter_dir)
+            # After every step, so an interrupted run keeps its latest policy and samples.
+            save_records(sampled, out_dir / "rollouts.jsonl")  # every sampled trajectory, to inspect
+            if groups or not (adapter_dir / "adapter_config.json").exists():
+                model.save_pretrained(adapter_dir)
+                tokenizer.save_pretrained(adapter_dir)
     return RLResult(adapter_dir, metrics)
