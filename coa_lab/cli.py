@@ -51,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         if name == "eval":
             p.add_argument("--policy", default="model", choices=["model", "gold"],
                            help="gold: answer every task with its own label (harness self-test)")
-            p.add_argument("--suite", help="with --policy gold: a task file, folder, or suite name")
+            p.add_argument("--suite", help="a task file, folder, suite name or suite/benchmark: evaluate --model "
+                           "(and --adapter) on it instead of the run folder's held-out mix")
+            p.add_argument("--model", help="with --suite: any model name or path (default: the preset's)")
+            p.add_argument("--adapter", type=Path, help="with --suite: a LoRA adapter folder (an SFT/RL output)")
+            p.add_argument("--limit", type=int, help="with --suite: at most N tasks per file (a seeded sample)")
+            p.add_argument("--samples", type=int, help="with --suite: samples per task (pass@k); default the preset's")
             p.add_argument("--workers", type=int, default=8, help="with --policy gold: parallel graders")
     p = sub.add_parser("exec", help="run a Python file in the code sandbox; prints one JSON object")
     p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -89,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         preset = get_preset(args.preset, **parse_overrides(args.set))
     except ValueError as exc:
         raise SystemExit(f"coa-lab: {exc}") from None
+    if args.command == "eval" and args.suite:
+        return _eval_suite(args, preset)
     run = args.run or runs_dir() / ("demo" if args.command == "demo" else preset.name)
     if args.command == "demo":
         pipeline.run_all(preset, run)
@@ -98,6 +105,31 @@ def main(argv: list[str] | None = None) -> int:
     run.mkdir(parents=True, exist_ok=True)
     summary = stage(preset, run)
     print(json.dumps({k: v for k, v in summary.items() if k not in ("losses", "metrics")}, indent=2, default=str))
+    return 0
+
+
+def _eval_suite(args, preset) -> int:
+    """`coa-lab eval --model M --adapter DIR --suite S`: prints one row per task file."""
+    import dataclasses
+
+    from coa_lab.evaluate import evaluate_target
+    from coa_lab.models import ModelLoadError
+    from coa_lab.tasks.records import DatasetError
+
+    if args.model:
+        preset.model = dataclasses.replace(preset.model, name=args.model)
+    if args.adapter is not None and not (args.adapter / "adapter_config.json").exists():
+        raise SystemExit(f"coa-lab eval: {args.adapter} is not a LoRA adapter folder (no adapter_config.json)")
+    try:
+        result = evaluate_target(preset, args.suite, args.adapter, args.limit, args.samples)
+    except (DatasetError, ModelLoadError) as exc:
+        raise SystemExit(f"coa-lab eval: {exc}") from None
+    print(f"model {preset.model.name}" + (f" + adapter {args.adapter}" if args.adapter else ""))
+    print(f"{'tasks file':<36} {'tasks':>5} {'accuracy':>8} {'pass@k':>6} {'valid':>6} {'tok/success':>11} {'tools/success':>13}")
+    for name, r in result.suites.items():
+        tps = "-" if r.tokens_per_success is None else f"{r.tokens_per_success:.0f}"
+        cps = "-" if r.tool_calls_per_success is None else f"{r.tool_calls_per_success:.2f}"
+        print(f"{name:<36} {r.tasks:>5} {r.accuracy:>8.3f} {r.pass_at_k:>6.3f} {r.format_valid:>6.3f} {tps:>11} {cps:>13}")
     return 0
 
 

@@ -20,7 +20,7 @@ EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
 class ModelConfig:
     name: str = EMBEDDED_MODEL  # "embedded:...", a local path, or any Hugging Face model id
     dtype: str = "float32"  # weights; CPU keeps fp32 master weights ...
-    cpu_autocast_bf16: bool = True  # ... and computes in bf16 (~2.4x faster matmuls on CPU)
+    cpu_autocast_bf16: bool = True  # ... and computes in bf16 where the CPU has bf16 units (models.cpu_bf16_is_fast)
     load_in_4bit: bool = False  # QLoRA through bitsandbytes (GPU extra)
     use_unsloth: bool = False  # unsloth's fused kernels (GPU extra)
     lora_r: int = 16
@@ -33,36 +33,49 @@ class ModelConfig:
 @dataclass
 class GenerationConfig:
     backend: str = "hf"  # "hf" (transformers generate) or "vllm" (GPU extra)
-    max_new_tokens: int = 128  # per turn: generation pauses at every tool call
+    max_new_tokens: int = 96  # per turn: generation pauses at every tool call
     max_turns: int = 3  # tool calls + final answer
-    max_response_tokens: int = 448  # whole trajectory budget (model + observation tokens)
+    max_response_tokens: int = 320  # whole trajectory budget (model + observation tokens)
     temperature: float = 0.7
     top_p: float = 1.0
-    batch_size: int = 16
-    observation_chars: int = 600  # tool output is truncated before it enters the context
+    batch_size: int = 32  # CPU decoding: larger batches amortise reading the weights each step
+    observation_chars: int = 300  # tool output is truncated before it enters the context
+
+
+# Task mixes are "suite/benchmark" -> number of tasks (coa_lab.tasks.suites names both).
+# The CPU presets use the learnable families (tools carry the weight); GSM8K / HotpotQA stay
+# in their evaluation as the honest hard rows.
+LEARNABLE_MIX = {"math/arith": 48, "mhqa/lookup": 16}
 
 
 @dataclass
 class CaptureConfig:
-    tasks_per_suite: int = 8
+    # from the train splits; more arithmetic than look-ups: the 135M teacher solves ~60% of
+    # the former and ~25% of the latter, and the demo wants most SFT data from its own runs
+    tasks: dict[str, int] = field(default_factory=lambda: {"math/arith": 40, "mhqa/lookup": 8})
     max_hops: int = 1  # tool-agent activations per teacher run
     teacher_model: str | None = None  # None: the preset's model; or any model name / path
-    teacher_max_new_tokens: int = 64
+    teacher_max_new_tokens: int = 40  # per agent call: the agents are few-shot and terse
+    few_shot: int = 2  # worked examples per agent prompt (agents/worked_examples.py)
 
 
 @dataclass
 class DistillConfig:
     min_tool_calls: int = 1  # complexity filter: at least one tool hop ...
     max_tool_calls: int = 8  # ... and a bounded number
-    imported_per_suite: int = 24  # real external trajectories (FireAct, ToRA) seeded in
-    max_trajectory_tokens: int = 512
+    # Real external trajectories (FireAct, ToRA, R1-Searcher) mixed in per suite. Off in the
+    # CPU demo, whose teacher succeeds on its own tasks; on for the GPU presets' real benchmarks.
+    imported_per_suite: int = 0
+    max_trajectory_tokens: int = 384
 
 
 @dataclass
 class SFTConfig:
-    epochs: float = 3.0
+    epochs: float = 5.0
     learning_rate: float = 2e-4  # LoRA; the paper's full fine-tune uses 1e-5 .. 3e-5
-    batch_size: int = 4
+    # small batches: ~25 kept trajectories need ~50 optimizer steps before the 135M student
+    # writes the format reliably (measured: 18 steps of 4 were not enough)
+    batch_size: int = 2
     grad_accum: int = 1
     max_length: int = 768  # prompt + trajectory
     warmup_ratio: float = 0.05
@@ -70,31 +83,34 @@ class SFTConfig:
 
 @dataclass
 class RLConfig:
-    steps: int = 2
-    prompts_per_step: int = 2
-    group_size: int = 8  # the paper's; more samples per prompt make a mixed (informative) group likelier
-    learning_rate: float = 2e-5  # LoRA; the paper's full-model lr is 1e-6
+    steps: int = 6
+    prompts_per_step: int = 3
+    group_size: int = 6  # the paper's is 8; the pool's pass-rate screen makes most groups mixed anyway
+    learning_rate: float = 1e-4  # LoRA on a 135M model, few steps; the paper's full-model lr is 1e-6
     clip_low: float = 0.2  # DAPO clip-higher: asymmetric range
     clip_high: float = 0.28
     mini_batches: int = 2  # >1 makes the ratio move off 1 and clipping matter
     dynamic_sampling: bool = True
     max_sampling_rounds: int = 1  # extra draws to refill groups that had no signal
-    overlong_buffer: int = 128  # soft overlong punishment window before max_response_tokens
+    overlong_buffer: int = 64  # soft overlong punishment window before max_response_tokens
     overlong_filter: bool = True  # mask truncated samples out of the loss
     temperature: float = 0.8  # DAPO samples at 1.0; a 135M policy degrades fast above ~0.8
-    pool_size: int = 64  # fresh training questions drawn from the train split
-    # The paper keeps RL queries the SFT model "sometimes but not always" solves. At 135M
-    # scale almost no fresh question qualifies, so the CPU preset also puts the SFT
-    # trajectories' own (training) questions in the pool, which the model partly learned.
-    pool_includes_sft_questions: bool = True
+    # The RL pool, chosen as the paper does: candidates from the train splits (after the
+    # capture tasks) are sampled `pool_samples` times by the SFT model, and those it solves
+    # sometimes but not always (pass rate in [pool_min_pass, pool_max_pass]) are kept.
+    pool: dict[str, int] = field(default_factory=lambda: {"math/arith": 24, "mhqa/lookup": 6})
+    pool_samples: int = 4
+    pool_min_pass: float = 0.2
+    pool_max_pass: float = 0.8
 
 
 @dataclass
 class EvalConfig:
-    # suite -> benchmark file (load_suite's `benchmark=`); a suite not listed uses all of
-    # its eval files. CPU presets stay on the benchmarks the embedded model can touch.
-    benchmarks: dict[str, str] = field(default_factory=lambda: {"math": "gsm8k", "mhqa": "hotpotqa"})
-    tasks_per_suite: int = 8
+    # held-out tasks, "suite/benchmark" -> n. The learnable families are the headline; GSM8K
+    # and HotpotQA are the honest hard rows a 135M model does not solve.
+    tasks: dict[str, int] = field(default_factory=lambda: {**LEARNABLE_MIX, "math/gsm8k": 4, "mhqa/hotpotqa": 4})
+    headline: tuple[str, ...] = ("math/arith", "mhqa/lookup")  # what summary.json's figures are measured on
+    teacher: bool = True  # also run the multi-agent teacher on the headline tasks (cost comparison)
     samples: int = 1  # k for pass@k / avg@k; 1 = greedy
     temperature: float = 0.0
 
@@ -126,11 +142,12 @@ def _cpu_smoke() -> Preset:
     return Preset(
         name="cpu-smoke",
         gen=GenerationConfig(max_new_tokens=48, max_turns=2, max_response_tokens=160, batch_size=8),
-        capture=CaptureConfig(tasks_per_suite=2, max_hops=1, teacher_max_new_tokens=32),
-        distill=DistillConfig(imported_per_suite=4, max_trajectory_tokens=320),
+        capture=CaptureConfig(tasks={"math/arith": 2, "mhqa/lookup": 2}, max_hops=1, teacher_max_new_tokens=32),
+        distill=DistillConfig(imported_per_suite=2, max_trajectory_tokens=320),
         sft=SFTConfig(epochs=1, batch_size=4, max_length=320),
-        rl=RLConfig(steps=1, prompts_per_step=2, group_size=2, max_sampling_rounds=0, overlong_buffer=32, pool_size=8),
-        eval=EvalConfig(tasks_per_suite=2),
+        rl=RLConfig(steps=1, prompts_per_step=2, group_size=2, max_sampling_rounds=0, overlong_buffer=32,
+                    pool={"math/arith": 2, "mhqa/lookup": 2}, pool_samples=2),
+        eval=EvalConfig(tasks={"math/arith": 2, "mhqa/lookup": 2, "math/gsm8k": 1, "mhqa/hotpotqa": 1}),
     )
 
 
@@ -142,13 +159,14 @@ def _gpu_3b_qlora() -> Preset:
                           use_unsloth=True, lora_r=64, lora_alpha=128, gradient_checkpointing=True),
         gen=GenerationConfig(backend="vllm", max_new_tokens=1024, max_turns=8,
                              max_response_tokens=8192, batch_size=256, observation_chars=1500),
-        capture=CaptureConfig(tasks_per_suite=2000, max_hops=6, teacher_max_new_tokens=1024),
+        capture=CaptureConfig(tasks={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, max_hops=6, teacher_max_new_tokens=1024),
         distill=DistillConfig(imported_per_suite=2000, max_trajectory_tokens=8192),
         sft=SFTConfig(epochs=3, learning_rate=1e-4, batch_size=4, grad_accum=8, max_length=8192, warmup_ratio=0.03),
         rl=RLConfig(steps=200, prompts_per_step=32, group_size=8, learning_rate=1e-6,
-                    mini_batches=4, max_sampling_rounds=4, overlong_buffer=1024, pool_size=20000, temperature=1.0,
-                    pool_includes_sft_questions=False),
-        eval=EvalConfig(benchmarks={}, tasks_per_suite=500, samples=3, temperature=0.6),
+                    mini_batches=4, max_sampling_rounds=4, overlong_buffer=1024, temperature=1.0,
+                    pool={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, pool_samples=8, pool_min_pass=0.1, pool_max_pass=0.9),
+        eval=EvalConfig(tasks={"math/gsm8k": 200, "mhqa/hotpotqa": 200, "mhqa/2wiki": 200, "math/math500": 500},
+                        headline=("math/gsm8k", "mhqa/hotpotqa"), samples=3, temperature=0.6),
     )
 
 
@@ -161,13 +179,14 @@ def _multinode_32b() -> Preset:
                           gradient_checkpointing=True),
         gen=GenerationConfig(backend="vllm", max_new_tokens=4096, max_turns=25,
                              max_response_tokens=30000, batch_size=512, observation_chars=1500),
-        capture=CaptureConfig(tasks_per_suite=20000, max_hops=12, teacher_max_new_tokens=4096),
+        capture=CaptureConfig(tasks={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, max_hops=12, teacher_max_new_tokens=4096),
         distill=DistillConfig(imported_per_suite=0, max_trajectory_tokens=32768),
         sft=SFTConfig(epochs=3, learning_rate=2e-5, batch_size=1, grad_accum=16, max_length=32768, warmup_ratio=0.03),
         rl=RLConfig(steps=300, prompts_per_step=64, group_size=8, learning_rate=1e-6,
-                    mini_batches=8, max_sampling_rounds=8, overlong_buffer=4096, pool_size=100000, temperature=1.0,
-                    pool_includes_sft_questions=False),
-        eval=EvalConfig(benchmarks={}, tasks_per_suite=1000, samples=16, temperature=0.6),
+                    mini_batches=8, max_sampling_rounds=8, overlong_buffer=4096, temperature=1.0,
+                    pool={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, pool_samples=8, pool_min_pass=0.1, pool_max_pass=0.9),
+        eval=EvalConfig(tasks={"math/gsm8k": 200, "mhqa/hotpotqa": 200, "mhqa/2wiki": 200, "math/math500": 500,
+                               "math/aime24": 30}, headline=("math/gsm8k", "mhqa/hotpotqa"), samples=16, temperature=0.6),
     )
 
 

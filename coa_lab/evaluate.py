@@ -110,3 +110,54 @@ def teacher_cost(runs) -> dict:
         "agent_calls_per_task": sum(len(r.activations) for r in runs) / len(runs),
         "tool_calls_per_task": sum(r.tool_calls for r in runs) / len(runs),
     }
+
+
+def teacher_score(run) -> float:
+    """The teacher run's final answer graded by the task's own scorer (as the student is)."""
+    from coa_lab.tasks.records import Task
+
+    task = Task(run.task_id, run.question, list(run.answers), "teacher", run.profile, {})
+    return score(task, run.final_answer.strip() or None)
+
+
+def teacher_eval(runs, key_of: dict[str, str] | None = None) -> dict:
+    """Accuracy and cost of the multi-agent teacher, overall ("all") and per benchmark key:
+    tokens, agent calls and tool calls per task and per success."""
+    groups: dict[str, list] = {"all": list(runs)}
+    for r in runs:
+        if key_of and r.task_id in key_of:
+            groups.setdefault(key_of[r.task_id], []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        wins = [r for r in rs if teacher_score(r) == 1.0]
+        out[key] = {
+            **teacher_cost(rs),
+            "accuracy": len(wins) / len(rs) if rs else 0.0,
+            "tokens_per_success": sum(r.tokens for r in wins) / len(wins) if wins else None,
+            "agent_calls_per_success": sum(len(r.activations) for r in wins) / len(wins) if wins else None,
+            "tool_calls_per_success": sum(r.tool_calls for r in wins) / len(wins) if wins else None,
+        }
+    return out
+
+
+def evaluate_target(preset: Preset, target: str, adapter: str | Path | None = None, limit: int | None = None,
+                    samples: int | None = None) -> EvalResult:
+    """`coa-lab eval --model M --adapter DIR --suite FILE_OR_SUITE`: any model (or adapter) on
+    any task file the loaders read, a folder of them, a suite or a "suite/benchmark"."""
+    import random
+
+    from coa_lab.llm import make_generator
+    from coa_lab.paths import DATASETS_DIR
+    from coa_lab.tasks.inspect import task_files
+    from coa_lab.tasks.loaders import load_tasks
+    from coa_lab.tools.registry import build_tools
+
+    groups: dict[str, list] = {}
+    for path in task_files(target):
+        tasks = load_tasks(path)
+        random.Random(preset.seed).shuffle(tasks)  # a limit takes a fair sample, not the file's head
+        key = str(path.relative_to(DATASETS_DIR)) if path.is_relative_to(DATASETS_DIR) else str(path)
+        groups[key] = tasks[:limit] if limit else tasks
+    profiles = {t.profile for ts in groups.values() for t in ts}
+    tools = build_tools(sorted({tool for p in profiles for tool in protocol.PROFILE_TOOLS[p]}))
+    return evaluate(make_generator(preset, adapter), groups, tools, preset, label="model", samples=samples)

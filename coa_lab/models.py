@@ -11,6 +11,7 @@ them, so the CPU path never touches them.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -95,16 +96,50 @@ def _torch_dtype(name: str):
         raise ModelLoadError(f"unknown dtype {name!r}; use float32, bfloat16 or float16") from None
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_bf16_is_fast() -> bool:
+    """Whether bf16 matmuls beat fp32 on this CPU, measured once per process.
+
+    Where the CPU has bf16 units (AVX512-BF16, AMX) bf16 autocast ran 2.4x faster than fp32;
+    on an AVX2-only CPU the same bf16 matmul fell back to a path ~150x SLOWER than fp32
+    (0.86 vs 131 GFLOP/s, measured 2026-11-23). A flag alone cannot know which machine it is
+    on, so we time a small matmul both ways. COA_LAB_CPU_BF16=0/1 forces the answer.
+    """
+    forced = os.environ.get("COA_LAB_CPU_BF16")
+    if forced in ("0", "1"):
+        return forced == "1"
+    import time
+
+    import torch
+
+    def best(dtype) -> float:
+        a, b = torch.randn(256, 256, dtype=dtype), torch.randn(256, 256, dtype=dtype)
+        a @ b  # warm-up
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    return best(torch.bfloat16) < best(torch.float32)
+
+
+def cpu_autocast_enabled(cfg: ModelConfig) -> bool:
+    """bf16 autocast on CPU: asked for by the preset AND fast on this machine."""
+    return cfg.cpu_autocast_bf16 and cpu_bf16_is_fast()
+
+
 def compute_context(model, cfg: ModelConfig):
-    """bf16 autocast on CPU when the preset asks for it (fp32 weights, bf16 matmuls: measured
-    2.4x faster forward and 2.5x faster forward+backward on a 2-core machine); a no-op on GPU,
-    where GPU presets load bf16 weights directly."""
+    """bf16 autocast on CPU when the preset asks for it and the CPU has bf16 units (fp32
+    weights, bf16 matmuls: 2.4x faster forward and 2.5x faster forward+backward on such a
+    2-core machine); a no-op on GPU, where GPU presets load bf16 weights directly."""
     import contextlib
 
     import torch
 
     device = next(model.parameters()).device
-    if cfg.cpu_autocast_bf16 and device.type == "cpu":
+    if device.type == "cpu" and cpu_autocast_enabled(cfg):
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

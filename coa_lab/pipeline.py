@@ -34,16 +34,27 @@ def _read_json(path: Path):
     return json.loads(path.read_text())
 
 
-def tasks_for(preset: Preset, split: str, n: int, offset: int = 0) -> list:
-    """n tasks per suite from a split, in a seeded order; offset skips tasks used elsewhere."""
+def draw_tasks(preset: Preset, mix: dict[str, int], split: str, skip: dict[str, int] | None = None) -> list:
+    """Tasks for a mix {"suite/benchmark": n} from a split, each benchmark in a seeded order;
+    `skip` = the same kind of mix, tasks already used by an earlier stage (capture before RL)."""
     from coa_lab.tasks.loaders import load_suite
 
     out = []
-    for suite in preset.suites:
-        benchmark = preset.eval.benchmarks.get(suite) if split == "eval" else None
-        tasks = load_suite(suite, split, benchmark=benchmark)
+    for key, n in mix.items():
+        suite, _, benchmark = key.partition("/")
+        tasks = load_suite(suite, split, benchmark=benchmark or None)
         random.Random(preset.seed).shuffle(tasks)
+        offset = (skip or {}).get(key, 0)
         out.extend(tasks[offset : offset + n])
+    return out
+
+
+def by_benchmark(tasks: list, mix: dict[str, int]) -> dict[str, list]:
+    """Group tasks drawn with `draw_tasks(mix)` back into their "suite/benchmark" keys."""
+    out, i = {}, 0
+    for key, n in mix.items():
+        out[key] = tasks[i : i + n]
+        i += len(out[key])
     return out
 
 
@@ -60,15 +71,18 @@ def make_tools(preset: Preset):
 
 def capture(preset: Preset, run: Path) -> dict:
     from coa_lab.agents.teacher import run_teacher, save_runs
+    from coa_lab.evaluate import teacher_eval
 
     t0 = time.time()
-    tasks = tasks_for(preset, "train", preset.capture.tasks_per_suite)
+    tasks = draw_tasks(preset, preset.capture.tasks, "train")
     backend = make_generator(preset, model_name=preset.capture.teacher_model)
     runs = run_teacher(backend, tasks, make_tools(preset), preset.capture, preset.gen.observation_chars)
     save_runs(runs, run / "capture" / "traces.jsonl")
+    key_of = {t.id: key for key, ts in by_benchmark(tasks, preset.capture.tasks).items() for t in ts}
     summary = {"runs": len(runs), "activations": sum(len(r.activations) for r in runs),
                "tool_calls": sum(r.tool_calls for r in runs), "seconds": round(time.time() - t0, 1),
-               "teacher": preset.capture.teacher_model or preset.model.name}
+               "teacher": preset.capture.teacher_model or preset.model.name,
+               "success": teacher_eval(runs, key_of)}
     _write_json(run / "capture" / "summary.json", summary)
     return summary
 
@@ -137,55 +151,84 @@ def sft(preset: Preset, run: Path) -> dict:
 
 
 def rl(preset: Preset, run: Path) -> dict:
+    from coa_lab.rl.pool import select_pool
     from coa_lab.rl.trainer import train_rl
 
     t0 = time.time()
-    from coa_lab.tasks.records import Task
-    from coa_lab.trajectories import load_records
-
-    # Fresh training questions: skip the ones the teacher saw during capture.
-    tasks = tasks_for(preset, "train", preset.rl.pool_size, offset=preset.capture.tasks_per_suite)
-    kept = run / "distill" / "kept.jsonl"
-    n_sft = 0
-    if preset.rl.pool_includes_sft_questions and kept.exists():
-        sft_tasks = [Task(r.task_id, r.question, list(r.answers), r.source, r.profile, {}) for r in load_records(kept)]
-        tasks, n_sft = sft_tasks + tasks, len(sft_tasks)
+    # Fresh training questions (the capture tasks are skipped), screened by the SFT policy's
+    # own pass rate: the paper keeps queries the model solves sometimes but not always.
+    candidates = draw_tasks(preset, preset.rl.pool, "train", skip=preset.capture.tasks)
     adapter = run / "sft" / "adapter"
-    result = train_rl(preset, tasks, make_tools(preset), run / "rl", adapter=adapter if adapter.exists() else None)
-    summary = {"steps": len(result.metrics), "metrics": result.metrics, "pool": len(tasks),
-               "pool_from_sft": n_sft, "seconds": round(time.time() - t0, 1)}
+    adapter = adapter if adapter.exists() else None
+    tools = make_tools(preset)
+    r = preset.rl
+    pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset.gen, r.pool_samples,
+                               r.pool_min_pass, r.pool_max_pass, r.temperature)
+    fallback = len(pool) < r.prompts_per_step
+    if fallback:  # too few mixed-outcome questions: train on every candidate, and say so
+        pool = candidates
+    _write_json(run / "rl" / "pool.json", {**report.to_dict(), "fallback_to_all_candidates": fallback})
+    screen_seconds = round(time.time() - t0, 1)
+    result = train_rl(preset, pool, tools, run / "rl", adapter=adapter)
+    summary = {"steps": len(result.metrics), "metrics": result.metrics, "pool": len(pool),
+               "pool_candidates": len(candidates), "pool_histogram": report.histogram,
+               "pool_fallback": fallback, "pool_seconds": screen_seconds, "seconds": round(time.time() - t0, 1)}
     _write_json(run / "rl" / "summary.json", summary)
     return summary
 
 
 def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", "sft", "rl")) -> dict:
-    from coa_lab.agents.teacher import load_runs
-    from coa_lab.evaluate import evaluate, save_eval, teacher_cost
+    """Base / SFT / RL single models on the held-out mix, and the multi-agent teacher on the
+    headline (learnable) tasks: the paper's cost comparison on the same tasks."""
+    from coa_lab.agents.teacher import run_teacher, save_runs
+    from coa_lab.evaluate import evaluate, save_eval, teacher_eval
 
     t0 = time.time()
-    tasks = tasks_for(preset, "eval", preset.eval.tasks_per_suite)
-    by_suite: dict[str, list] = {}
-    for t in tasks:
-        by_suite.setdefault(t.profile, []).append(t)
+    groups = by_benchmark(draw_tasks(preset, preset.eval.tasks, "eval"), preset.eval.tasks)
     tools = make_tools(preset)
     out = {}
     for label in which:
         adapter = None if label == "base" else run / label / "adapter"
         if adapter is not None and not adapter.exists():
             continue
-        result = evaluate(make_generator(preset, adapter), by_suite, tools, preset, label=label)
+        result = evaluate(make_generator(preset, adapter), groups, tools, preset, label=label)
         save_eval(result, run / "eval")
         out[label] = result.summary()
-    traces = run / "capture" / "traces.jsonl"
-    out["teacher_cost"] = teacher_cost(load_runs(traces)) if traces.exists() else {"runs": 0}
+    if preset.eval.teacher:
+        headline = [t for key in preset.eval.headline for t in groups.get(key, [])]
+        backend = make_generator(preset, model_name=preset.capture.teacher_model)
+        runs = run_teacher(backend, headline, tools, preset.capture, preset.gen.observation_chars)
+        save_runs(runs, run / "eval" / "teacher_runs.jsonl")
+        out["teacher"] = teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})
     out["seconds"] = round(time.time() - t0, 1)
     _write_json(run / "eval" / "summary.json", out)
     return out
 
 
+def machine_peak(preset: Preset) -> dict:
+    """What this machine can do, measured in the run (timings mean little without it)."""
+    import os
+
+    import torch
+
+    from coa_lab.models import cpu_autocast_enabled
+
+    def gflops(dtype) -> float:
+        a, b = torch.randn(512, 512, dtype=dtype), torch.randn(512, 512, dtype=dtype)
+        a @ b
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < 0.5:
+            a @ b
+            n += 1
+        return 2 * 512**3 * n / (time.perf_counter() - t0) / 1e9
+
+    return {"cores": os.cpu_count(), "fp32_gflops": round(gflops(torch.float32), 1),
+            "bf16_gflops": round(gflops(torch.bfloat16), 1), "bf16_autocast": cpu_autocast_enabled(preset.model)}
+
+
 def run_all(preset: Preset, run: Path, log=print) -> dict:
     """The whole recipe, stage after stage; returns per-stage summaries and writes the report."""
-    from coa_lab.report import write_report
+    from coa_lab.report import write_report, write_summary
 
     run = Path(run)
     run.mkdir(parents=True, exist_ok=True)
@@ -198,7 +241,9 @@ def run_all(preset: Preset, run: Path, log=print) -> dict:
         summaries[name] = fn(preset, run)
         log(f"   {name} done in {summaries[name].get('seconds', '?')} s")
     summaries["total_seconds"] = round(time.time() - t0, 1)
-    _write_json(run / "timing.json", {k: v.get("seconds") if isinstance(v, dict) else v for k, v in summaries.items()})
+    timing = {k: v.get("seconds") if isinstance(v, dict) else v for k, v in summaries.items()}
+    _write_json(run / "timing.json", {**timing, "machine": machine_peak(preset)})
+    write_summary(run, preset)
     write_report(run)
     log(f"report: {run / 'report.md'}  ({summaries['total_seconds']} s)")
     return summaries

@@ -51,6 +51,14 @@ EXAMPLES = {
 }
 EXAMPLES["code"] = EXAMPLES["math"]
 
+# The last block of each profile's trajectory (the scorers read it).
+ANSWER_FORMAT = {
+    "math": "<answer>\\boxed{number}</answer>",
+    "code": "<answer>```python\nprogram\n```</answer>",
+    "mhqa": "<answer>short answer</answer>",
+    "web": "<answer>short answer</answer>",
+}
+
 # Only the web agent verifies (GRAMMAR["web"] in coa_lab.protocol enforces the same rule).
 VERIFY_RULE = (
     "Before answering, give a <suggested_answer>, then a <double_check> that grades it with a score "
@@ -60,49 +68,51 @@ VERIFY_RULE = (
 
 
 def coa_system_prompt(profile: str, tools: list[str] | None = None) -> str:
-    """The single model plays every agent: roles and tools are tagged blocks in one answer."""
+    """The single model plays every agent: roles and tools are tagged blocks in one answer.
+
+    Short and zero-shot on purpose: every prompt token is paid for in every turn of every
+    rollout, and the distilled model learns the format from its trajectories, not from here.
+    """
     if profile not in PROFILE_TOOLS:
         raise ValueError(f"unknown profile {profile!r}; known: {sorted(PROFILE_TOOLS)}")
     tools = list(tools) if tools is not None else list(PROFILE_TOOLS[profile])
     tool_lines = "\n".join(f"- {TOOL_HELP.get(t, f'<{t}>input</{t}>')}" for t in tools)
-    example = EXAMPLES.get(profile, EXAMPLES["mhqa"])
     rules = VERIFY_RULE + "\n" if profile == "web" else ""
     return (
-        "You solve tasks step by step with tagged blocks: <plan> to plan, <think> to reason, "
-        "a tool block to act, <reflection> to check your progress, <answer> for the final answer. "
-        "After a tool block, stop: its result comes back in <observation>.\n"
-        f"{rules}"
-        f"Tools:\n{tool_lines}\nFormat:\n{example}"
+        "You are a whole team in one model: plan, think, call a tool, reflect and answer, each in its own "
+        "tagged block such as <think>...</think>. After a tool block, stop: its result comes back in <observation>.\n"
+        f"{rules}Tools:\n{tool_lines}\nAnswer format: {ANSWER_FORMAT.get(profile, ANSWER_FORMAT['mhqa'])}"
     )
 
 
 # ---------------------------------------------------------------- the teacher's agents
-# Each agent of the multi-agent teacher sees only its own instructions and the context the
-# orchestrator hands it: that separation is what the CoA model later has to internalise.
+# Each agent of the multi-agent teacher sees only its own instructions, the context the
+# orchestrator hands it, and (agents/worked_examples.py) two worked examples as earlier chat
+# turns: that separation and that prompt engineering are what the CoA model internalises.
 
-PLANNER = "You are the planner. Write a short numbered plan (at most 3 steps) to solve the task. Do not solve it."
+PLANNER = "You are the planner. Write a one-line plan to solve the task. Do not solve it."
 
 THINKER = (
-    "You are the orchestrator. Given a question, a plan and the results so far, say in one short "
-    "sentence what the next step must find out (or, if asked, what the answer is)."
+    "You are the orchestrator. Given a question and what is known so far, say in one short "
+    "sentence what the next step must find out, or what the answer is."
 )
 
 SEARCHER = (
-    "You are the search agent. Given a question, a plan and earlier results, reply with ONE short "
+    "You are the search agent. Given a question and the next step, reply with ONE short "
     "search query for a Wikipedia passage index, and nothing else."
 )
 
 CODER = (
-    "You are the code agent. Given a math problem, a plan and earlier results, reply with a short "
-    "Python program in a ```python block that prints the quantity needed next."
+    "You are the code agent. Write one line of Python that prints the number the question asks "
+    "for, in a ```python block. Use only the numbers the question needs."
 )
 
 ANSWERER = (
-    "You are the answer agent. Given a question and the tool results gathered so far, reply with the "
-    "final answer only: a number for math problems, a short phrase for questions."
+    "You are the answer agent. Given a question and the tool result, reply with the final "
+    "answer only: a number for math problems, a short phrase for questions."
 )
 
 REFLECTOR = (
     "You are the reflector. Given a question and the latest tool result, say in one sentence whether "
-    "the result helps and what to do next."
+    "the result answers the question."
 )

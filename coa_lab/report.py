@@ -17,6 +17,71 @@ def _fmt(x, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
+def _pooled(results: dict, keys) -> dict | None:
+    """Headline figures of one model pooled over benchmark keys (weighted by samples)."""
+    rows = [results[k] for k in keys if k in results]
+    n = sum(r["tasks"] * r["samples"] for r in rows)
+    if not n:
+        return None
+    wins = sum(r["accuracy"] * r["tasks"] * r["samples"] for r in rows)
+    win_tokens = sum((r["tokens_per_success"] or 0) * r["accuracy"] * r["tasks"] * r["samples"] for r in rows)
+    return {"tasks": sum(r["tasks"] for r in rows), "accuracy": wins / n,
+            "format_valid": sum(r["format_valid"] * r["tasks"] * r["samples"] for r in rows) / n,
+            "tokens_per_success": win_tokens / wins if wins else None}
+
+
+def summarize(run: str | Path, headline=None) -> dict:
+    """The demo's headline figures (issue: "a learner sees something learned"), read from the
+    files the stages wrote; measured on the held-out tasks of the learnable families."""
+    run = Path(run)
+    preset = _load(run / "preset.json") or {}
+    headline = tuple(headline or preset.get("eval", {}).get("headline", ()))
+    cap, dis = _load(run / "capture" / "summary.json"), _load(run / "distill" / "summary.json")
+    rl, ev, timing = _load(run / "rl" / "summary.json"), _load(run / "eval" / "summary.json") or {}, _load(run / "timing.json")
+    pooled = {label: _pooled(ev.get(label, {}), headline) for label in ("base", "sft", "rl")}
+    teacher = (ev.get("teacher") or {}).get("all")
+    single = pooled["rl"] or pooled["sft"]
+    metrics = (rl or {}).get("metrics", [])
+
+    def get(d, key):
+        return None if d is None else d.get(key)
+
+    return {
+        "headline_benchmarks": list(headline),
+        "teacher_success": get(((cap or {}).get("success") or {}).get("all"), "accuracy"),
+        "kept_from_teacher_fraction": (dis["kept_by_source"].get("teacher", 0) / dis["kept"]) if dis and dis["kept"] else None,
+        "base_accuracy": get(pooled["base"], "accuracy"),
+        "sft_accuracy": get(pooled["sft"], "accuracy"),
+        "sft_format_valid": get(pooled["sft"], "format_valid"),
+        "rl_accuracy": get(pooled["rl"], "accuracy"),
+        "rl_steps": len(metrics),
+        "rl_updates": sum(1 for m in metrics if "loss" in m),
+        "rl_train_accuracy_by_step": [m["accuracy"] for m in metrics],
+        "teacher_accuracy": get(teacher, "accuracy"),
+        "tokens_per_success_ratio": (single["tokens_per_success"] / teacher["tokens_per_success"])
+        if single and teacher and single["tokens_per_success"] and teacher.get("tokens_per_success") else None,
+        "single_tokens_per_success": get(single, "tokens_per_success"),
+        "teacher_tokens_per_success": get(teacher, "tokens_per_success"),
+        "eval_tasks": get(pooled["base"] or single, "tasks"),
+        "seconds": get(timing, "total_seconds"),
+        "stage_seconds": {k: v for k, v in (timing or {}).items() if k != "total_seconds"},
+    }
+
+
+def write_summary(run: str | Path, preset=None) -> Path:
+    out = Path(run) / "summary.json"
+    out.write_text(json.dumps(summarize(run, preset.eval.headline if preset else None), indent=2) + "\n")
+    return out
+
+
+def _thirds(xs: list[float]) -> tuple[float, float] | None:
+    """Mean of the first and of the last third of a curve (None when too short)."""
+    k = len(xs) // 3
+    if k == 0:
+        return None
+    return sum(xs[:k]) / k, sum(xs[-k:]) / k
+
+
 def write_report(run: str | Path) -> Path:
     run = Path(run)
     cap = _load(run / "capture" / "summary.json")
@@ -25,10 +90,38 @@ def write_report(run: str | Path) -> Path:
     rl = _load(run / "rl" / "summary.json")
     ev = _load(run / "eval" / "summary.json")
     preset = _load(run / "preset.json") or {}
+    timing = _load(run / "timing.json") or {}
+    summary = summarize(run)
+    machine = timing.get("machine") or {}
+    lines = [f"# coa-lab run report: {run.name}", "",
+             f"Preset `{preset.get('name', '?')}`, model `{preset.get('model', {}).get('name', '?')}`. "
+             "Every figure below was read from the files this run wrote.", ""]
+    if machine:
+        lines += [f"Machine: {machine.get('cores', '?')} cores, measured matmul peak fp32 "
+                  f"{_fmt(machine.get('fp32_gflops'), 0)} GFLOP/s, bf16 {_fmt(machine.get('bf16_gflops'), 0)} GFLOP/s "
+                  f"(bf16 autocast {'on' if machine.get('bf16_autocast') else 'off'}); "
+                  f"total {_fmt(timing.get('total_seconds'), 0)} s.", ""]
+    n = summary["eval_tasks"]
+    head = ", ".join(summary["headline_benchmarks"]) or "–"
+    first_last = _thirds(summary["rl_train_accuracy_by_step"])
+    lines += ["## Headline (held-out tasks of the learnable families: " + head + ")", "",
+              "| figure | value |", "|---|---|",
+              f"| teacher success on its capture tasks | {_fmt(summary['teacher_success'], 2)} |",
+              f"| kept SFT trajectories that are the teacher's own runs | {_fmt(summary['kept_from_teacher_fraction'], 2)} |",
+              f"| accuracy: base → SFT → RL ({n} tasks) | {_fmt(summary['base_accuracy'], 2)} → "
+              f"{_fmt(summary['sft_accuracy'], 2)} → {_fmt(summary['rl_accuracy'], 2)} |",
+              f"| SFT format validity | {_fmt(summary['sft_format_valid'], 2)} |",
+              f"| RL steps with an update | {summary['rl_updates']} of {summary['rl_steps']} |",
+              f"| RL training accuracy, first third → last third of steps | "
+              + (f"{first_last[0]:.2f} → {first_last[1]:.2f}" if first_last else "–") + " |",
+              f"| multi-agent teacher accuracy on the same held-out tasks | {_fmt(summary['teacher_accuracy'], 2)} |",
+              f"| tokens per success: single model / teacher | {_fmt(summary['single_tokens_per_success'], 0)} / "
+              f"{_fmt(summary['teacher_tokens_per_success'], 0)} = {_fmt(summary['tokens_per_success_ratio'], 2)} |", ""]
     rows = []
     if cap:
         rows.append(("capture", f"{cap['runs']} teacher runs, {cap['activations']} agent activations, "
-                     f"{cap['tool_calls']} tool calls (teacher: {cap['teacher']})", cap["seconds"]))
+                     f"{cap['tool_calls']} tool calls (teacher: {cap['teacher']}); success "
+                     + ", ".join(f"{k} {_fmt(v['accuracy'], 2)}" for k, v in cap.get("success", {}).items()), cap["seconds"]))
     if dis:
         kept = ", ".join(f"{k}: {v}" for k, v in sorted(dis["kept_by_source"].items())) or "none"
         rows.append(("distill", f"{dis['input']} trajectories in, {dis['kept']} kept ({kept})", dis["seconds"]))
@@ -40,36 +133,36 @@ def write_report(run: str | Path) -> Path:
         m = rl["metrics"]
         kept = sum(x["kept_groups"] for x in m)
         sampled = sum(x["sampled_groups"] for x in m)
-        pool = f" (pool: {rl['pool']} questions, {rl['pool_from_sft']} of them from the SFT set)" if "pool" in rl else ""
-        updates = sum(1 for x in m if "loss" in x)
-        rows.append(("rl", f"{len(m)} DAPO steps{pool}, {updates} with an update, "
-                     f"reward {_fmt(m[0]['reward_mean'])} → {_fmt(m[-1]['reward_mean'])}, "
-                     f"{kept}/{sampled} groups kept by dynamic sampling, "
-                     f"clip fraction {_fmt(sum(x.get('clip_frac', 0) for x in m) / len(m))}", rl["seconds"]))
+        pool = (f" on a pool of {rl['pool']} of {rl.get('pool_candidates', '?')} candidates screened by pass rate "
+                f"{rl.get('pool_histogram', {})}" + (" (too few mixed: all candidates used)" if rl.get("pool_fallback") else ""))
+        rows.append(("rl", f"{len(m)} DAPO steps{pool}; {kept}/{sampled} groups kept by dynamic sampling", rl["seconds"]))
     if ev:
-        parts = []
-        for label in ("base", "sft", "rl"):
-            if label in ev:
-                acc = ", ".join(f"{s} acc {_fmt(v['accuracy'], 2)} valid {_fmt(v['format_valid'], 2)}" for s, v in ev[label].items())
-                parts.append(f"{label}: {acc}")
-        rows.append(("eval", "; ".join(parts), ev["seconds"]))
-    lines = [f"# coa-lab run report: {run.name}", "",
-             f"Preset `{preset.get('name', '?')}`, model `{preset.get('model', {}).get('name', '?')}`. "
-             "Every figure below was read from the files this run wrote.", "",
-             "| stage | key figures | seconds |", "|---|---|---|"]
+        rows.append(("eval", f"base, SFT, RL single models on {sum(v['tasks'] for v in ev.get('base', {}).values())} "
+                     "held-out tasks; the teacher on the headline ones", ev["seconds"]))
+    lines += ["## Stages", "", "| stage | key figures | seconds |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    if rl and rl["metrics"]:
+        lines += ["", "## RL, step by step", "",
+                  "| step | train accuracy | kept / sampled groups | clip fraction | response tokens | tool calls / rollout | seconds |",
+                  "|---|---|---|---|---|---|---|"]
+        for x in rl["metrics"]:
+            lines.append(f"| {x['step']} | {_fmt(x['accuracy'], 2)} | {x['kept_groups']} / {x['sampled_groups']} | "
+                         f"{_fmt(x.get('clip_frac'), 3)} | {_fmt(x.get('response_len_sampled'), 0)} | "
+                         f"{_fmt(x['tool_calls_per_rollout'], 2)} | {x['seconds']} |")
     if ev:
         lines += ["", "## Evaluation (held-out tasks)", "",
-                  "| model | suite | accuracy | pass@k | answered | format valid | tokens/sample | tool calls/sample |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| model | benchmark | tasks | accuracy | answered | format valid | tokens/sample | tokens/success | tool calls/success |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for label in ("base", "sft", "rl"):
-            for s, v in ev.get(label, {}).items():
-                lines.append(f"| {label} | {s} | {_fmt(v['accuracy'], 2)} | {_fmt(v['pass_at_k'], 2)} | {_fmt(v['answered'], 2)} | "
-                             f"{_fmt(v['format_valid'], 2)} | {_fmt(v['tokens_per_sample'], 0)} | {_fmt(v['tool_calls_per_sample'], 2)} |")
-        tc = ev.get("teacher_cost", {})
-        if tc.get("runs"):
-            lines += ["", f"Teacher (multi-agent) cost: {_fmt(tc['tokens_per_task'], 0)} tokens and "
-                      f"{_fmt(tc['agent_calls_per_task'], 1)} agent calls per task (each agent re-reads its context)."]
+            for b, v in ev.get(label, {}).items():
+                lines.append(f"| {label} | {b} | {v['tasks']} | {_fmt(v['accuracy'], 2)} | {_fmt(v['answered'], 2)} | "
+                             f"{_fmt(v['format_valid'], 2)} | {_fmt(v['tokens_per_sample'], 0)} | "
+                             f"{_fmt(v['tokens_per_success'], 0)} | {_fmt(v['tool_calls_per_success'], 2)} |")
+        for b, v in (ev.get("teacher") or {}).items():
+            lines.append(f"| teacher (multi-agent) | {b} | {v['runs']} | {_fmt(v['accuracy'], 2)} | – | – | "
+                         f"{_fmt(v['tokens_per_task'], 0)} | {_fmt(v['tokens_per_success'], 0)} | {_fmt(v['tool_calls_per_success'], 2)} |")
+        lines += ["", "Teacher tokens count every agent's whole prompt (each agent re-reads its own context "
+                  "and worked examples); the single model's count its prompt and its whole trajectory."]
     if dis:
         table = run / "distill" / "filter_table.md"
         if table.exists():
@@ -97,19 +190,19 @@ def _plots(run: Path, sft, rl, ev) -> list[Path]:
         fig, ax = plt.subplots(figsize=(5, 3))
         ax.plot([x["step"] for x in m], [x["reward_mean"] for x in m], marker="o", label="reward")
         ax.plot([x["step"] for x in m], [x["accuracy"] for x in m], marker="s", label="accuracy")
-        ax.set(xlabel="DAPO step", ylabel="mean over rollouts", title="RL")
+        ax.set(xlabel="DAPO step", ylabel="mean over sampled rollouts", title="RL training curve")
         ax.legend()
         made.append(_save(fig, run / "rl_reward.png"))
     if ev:
         labels = [k for k in ("base", "sft", "rl") if k in ev]
-        suites = sorted({s for k in labels for s in ev[k]})
+        suites = list(dict.fromkeys(s for k in labels for s in ev[k]))
         fig, ax = plt.subplots(figsize=(5, 3))
         width = 0.8 / max(1, len(labels))
         for i, label in enumerate(labels):
             xs = [j + i * width for j in range(len(suites))]
             ax.bar(xs, [ev[label].get(s, {}).get("accuracy", 0) for s in suites], width, label=f"{label} acc")
             ax.scatter(xs, [ev[label].get(s, {}).get("format_valid", 0) for s in suites], marker="x", color="k")
-        ax.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(suites))], suites)
+        ax.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(suites))], suites, fontsize=7)
         ax.set(ylabel="accuracy (bars), format validity (x)", ylim=(0, 1.05), title="Evaluation")
         ax.legend(fontsize=7)
         made.append(_save(fig, run / "eval.png"))

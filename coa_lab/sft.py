@@ -77,7 +77,7 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
     import torch
     from transformers import Trainer, TrainingArguments
 
-    from coa_lab.models import load_model
+    from coa_lab.models import cpu_autocast_enabled, load_model
 
     if not records:
         raise ValueError("no trajectories to train on: distillation kept none (see the filter report)")
@@ -101,8 +101,8 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         save_strategy="no",
         report_to="none",
         remove_unused_columns=False,
-        # CPU: fp32 master weights with bf16 autocast (see models.compute_context)
-        bf16=(cuda and preset.model.dtype == "bfloat16") or (not cuda and preset.model.cpu_autocast_bf16),
+        # CPU: fp32 master weights with bf16 autocast where the CPU has bf16 units (models.compute_context)
+        bf16=(cuda and preset.model.dtype == "bfloat16") or (not cuda and cpu_autocast_enabled(preset.model)),
         use_cpu=not cuda,
         seed=preset.seed,
         dataloader_num_workers=0,

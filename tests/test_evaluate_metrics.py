@@ -8,7 +8,7 @@ from math import prod
 import pytest
 
 from coa_lab.agents.teacher import Activation, TeacherRun
-from coa_lab.evaluate import pass_at_k, teacher_cost
+from coa_lab.evaluate import pass_at_k, teacher_cost, teacher_eval
 
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
@@ -107,3 +107,18 @@ def test_teacher_cost_counts_every_reread_context():
     one = TeacherRun("a", "q", "mhqa", ["x"], [_act("thinker", 100, 1) for _ in range(3)])
     two = TeacherRun("a", "q", "mhqa", ["x"], [_act("thinker", 200, 1) for _ in range(3)])
     assert teacher_cost([two])["tokens_per_task"] - teacher_cost([one])["tokens_per_task"] == 300
+
+
+def test_teacher_eval_grades_with_the_task_scorer_and_counts_cost_per_success():
+    def run(tid, answer, tokens):
+        r = TeacherRun(tid, "What is 2 + 2?", "math", ["4"])
+        r.activations = [Activation("answerer", [], answer, tokens, 0)]
+        r.final_answer = answer
+        return r
+
+    runs = [run("a", "4", 100), run("b", "5", 300), run("c", "\\boxed{4}", 200)]
+    out = teacher_eval(runs, {"a": "x", "b": "x", "c": "y"})
+    assert out["all"]["accuracy"] == pytest.approx(2 / 3)
+    assert out["all"]["tokens_per_success"] == 150 and out["all"]["tokens_per_task"] == 200
+    assert out["x"]["runs"] == 2 and out["x"]["accuracy"] == 0.5 and out["y"]["tokens_per_success"] == 200
+    assert teacher_eval([run("d", "9", 10)])["all"]["tokens_per_success"] is None

@@ -28,9 +28,11 @@ def run_dir(tmp_path_factory):
 def test_capture_recorded_teacher_runs(run_dir):
     summary = json.loads((run_dir / "capture" / "summary.json").read_text())
     lines = (run_dir / "capture" / "traces.jsonl").read_text().splitlines()
-    assert summary["runs"] == len(lines) == 4  # 2 tasks x 2 suites
+    assert summary["runs"] == len(lines) == 4  # 2 arithmetic + 2 look-up tasks
     assert summary["activations"] == sum(len(json.loads(l)["activations"]) for l in lines)
     assert summary["tool_calls"] >= 4  # one hop per run, tools really ran
+    assert set(summary["success"]) == {"all", "math/arith", "mhqa/lookup"}
+    assert summary["success"]["all"]["runs"] == 4 and 0 <= summary["success"]["all"]["accuracy"] <= 1
 
 
 def test_distill_kept_a_filtered_subset(run_dir):
@@ -57,17 +59,33 @@ def test_rl_logged_every_step(run_dir):
     assert len(rows) == get_preset("cpu-smoke").rl.steps
     for row in rows:
         assert 0.0 <= row["accuracy"] <= 1.0 and row["sampled_groups"] >= row["kept_groups"]
+        assert row["response_len_sampled"] > 0
     assert (run_dir / "rl" / "adapter" / "adapter_config.json").exists()
+    pool = json.loads((run_dir / "rl" / "pool.json").read_text())
+    assert pool["candidates"] == 4 and sum(pool["histogram"].values()) == 4  # every candidate was screened
 
 
-def test_eval_compares_three_models_and_teacher_cost(run_dir):
+def test_eval_compares_three_models_and_the_teacher(run_dir):
     summary = json.loads((run_dir / "eval" / "summary.json").read_text())
-    assert {"base", "sft", "rl"} <= summary.keys()
+    assert {"base", "sft", "rl", "teacher"} <= summary.keys()
+    mix = get_preset("cpu-smoke").eval.tasks
     for label in ("base", "sft", "rl"):
-        for suite in ("math", "mhqa"):
-            s = summary[label][suite]
-            assert s["tasks"] == 2 and 0 <= s["accuracy"] <= 1 and 0 <= s["format_valid"] <= 1
-    assert summary["teacher_cost"]["tokens_per_task"] > 0
+        assert set(summary[label]) == set(mix)
+        for key, n in mix.items():
+            s = summary[label][key]
+            assert s["tasks"] == n and 0 <= s["accuracy"] <= 1 and 0 <= s["format_valid"] <= 1
+    teacher = summary["teacher"]
+    assert teacher["all"]["runs"] == 4 and teacher["all"]["tokens_per_task"] > 0  # the headline tasks only
+
+
+def test_summary_json_has_the_headline_figures(run_dir):
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for key in ("teacher_success", "kept_from_teacher_fraction", "base_accuracy", "sft_accuracy", "sft_format_valid",
+                "rl_accuracy", "rl_steps", "rl_updates", "rl_train_accuracy_by_step", "teacher_accuracy",
+                "tokens_per_success_ratio", "eval_tasks", "seconds"):
+        assert key in summary, key
+    assert summary["eval_tasks"] == 4 and summary["rl_steps"] == len(summary["rl_train_accuracy_by_step"]) == 1
+    assert summary["seconds"] > 0 and 0 <= summary["kept_from_teacher_fraction"] <= 1
 
 
 def test_report_and_plots_written(run_dir):

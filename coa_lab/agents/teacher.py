@@ -8,8 +8,10 @@ Agents, each with its own system prompt and its own context (prompts.py):
     reflector -> whether the result helps
     answerer -> the final answer
 
-Runs advance in lockstep, one agent at a time across all tasks, so each agent's turn is one
-batched generate call. The backend is anything with `.chat(conversations, max_new_tokens)`:
+Each agent is prompted with its instruction plus the two most similar hand-written worked
+runs as earlier chat turns (agents/worked_examples.py): the multi-agent system's prompt
+engineering, which the distilled single model no longer needs. Runs advance in lockstep,
+one agent at a time across all tasks, so each agent's turn is one batched generate call. The backend is anything with `.chat(conversations, max_new_tokens)`:
 the local HF model, vLLM, or an OpenAI-compatible server.
 """
 
@@ -21,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from coa_lab import prompts
+from coa_lab.agents.worked_examples import WorkedRun, nearest
 from coa_lab.config import CaptureConfig
 
 _FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.S)
@@ -77,64 +80,101 @@ def extract_tool_input(profile: str, output: str) -> str:
     return line.strip().strip('"').removeprefix("Query:").removeprefix("query:").strip()
 
 
+def first_line(text: str) -> str:
+    """What the orchestrator passes on from a prose agent: its first non-empty line (a small
+    model often keeps talking after it has said what was asked)."""
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
 def _results(run: TeacherRun) -> str:
-    obs = [f"[{a.tool}] {a.tool_input}\n-> {a.observation}" for a in run.activations if a.tool]
+    obs = [a.observation or "" for a in run.activations if a.tool]
     return "\n".join(obs) if obs else "(none yet)"
 
 
-def _context(run: TeacherRun, plan: str | None = None) -> str:
-    text = f"Question: {run.question}\n"
-    if plan:
-        text += f"Plan: {plan}\n"
-    return text + f"Results so far:\n{_results(run)}"
+# What each agent is shown (a user turn) and what it should reply (an assistant turn). The
+# same builders render the worked examples and the real task, so the examples look exactly
+# like the job.
+def _planner_turn(q: str, ex: WorkedRun | None = None, **_) -> tuple[str, str]:
+    return f"Task: {q}", ex.plan if ex else ""
+
+
+def _thinker_turn(q: str, ex: WorkedRun | None = None, plan: str = "", results: str = "", **_) -> tuple[str, str]:
+    if ex:
+        plan, results = ex.plan, ""
+    known = f"\nResults so far: {results}" if results else ""
+    return f"Question: {q}\nPlan: {plan}{known}", ex.step if ex else ""
+
+
+def _tool_turn(q: str, ex: WorkedRun | None = None, step: str = "", code: bool = True, **_) -> tuple[str, str]:
+    reply = (f"```python\n{ex.call}\n```" if code else ex.call) if ex else ""
+    return f"Question: {q}\nNext step: {ex.step if ex else step}", reply
+
+
+def _reflector_turn(q: str, ex: WorkedRun | None = None, results: str = "", **_) -> tuple[str, str]:
+    return f"Question: {q}\nResult: {ex.observation if ex else results}", ex.reflection if ex else ""
+
+
+def _conclude_turn(q: str, ex: WorkedRun | None = None, results: str = "", **_) -> tuple[str, str]:
+    return f"Question: {q}\nResult: {ex.observation if ex else results}\nWhat is the answer?", ex.conclusion if ex else ""
+
+
+def _answerer_turn(q: str, ex: WorkedRun | None = None, results: str = "", conclusion: str = "", **_) -> tuple[str, str]:
+    if ex:
+        results, conclusion = ex.observation, ex.conclusion
+    return f"Question: {q}\nResult: {results}\nOrchestrator: {conclusion}", ex.answer if ex else ""
+
+
+def agent_messages(system: str, turn, question: str, examples: list[WorkedRun], **context) -> list[dict]:
+    """An agent's whole prompt: its instruction, worked examples as earlier turns, the task."""
+    msgs = [{"role": "system", "content": system}]
+    for ex in examples:
+        user, reply = turn(ex.question, ex, **context)
+        msgs += [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+    msgs.append({"role": "user", "content": turn(question, None, **context)[0]})
+    return msgs
 
 
 def run_teacher(backend, tasks: list, tools, cfg: CaptureConfig, observation_chars: int = 600) -> list[TeacherRun]:
-    """Run the multi-agent teacher on `tasks`; returns one fully recorded run per task."""
+    """Run the multi-agent teacher on `tasks`; returns one fully recorded run per task.
+
+    planner -> (thinker -> coder/searcher -> tool -> reflector) x max_hops -> thinker -> answerer.
+    Each agent call is one batched `backend.chat` over every run (lockstep); each agent gets
+    its own instruction, the orchestrator's context, and `cfg.few_shot` worked examples.
+    """
     runs = [TeacherRun(t.id, t.question, t.profile, list(t.answers)) for t in tasks]
-    plans: dict[str, str] = {}
+    examples = {r.task_id: nearest(r.profile, r.question, cfg.few_shot) for r in runs}
+    is_code = lambda r: r.profile in ("math", "code")  # noqa: E731
+    said: dict[str, dict[str, str]] = {r.task_id: {} for r in runs}  # what each agent last said, per run
 
-    def step(agent: str, system: str, users: list[str]) -> list[Activation]:
-        convs = [[{"role": "system", "content": system}, {"role": "user", "content": u}] for u in users]
+    def record(agent_of, system_of, turn, context_of, after=None) -> None:
+        convs = [agent_messages(system_of(r), turn, r.question, examples[r.task_id], **context_of(r)) for r in runs]
         gens = backend.chat(convs, cfg.teacher_max_new_tokens)
-        return [Activation(agent, c, g.text, g.prompt_tokens, g.completion_tokens) for c, g in zip(convs, gens)]
-
-    def record(agent_of, system_of, user_of, after=None) -> None:
-        # One batched generate call per distinct system prompt (coder vs searcher differ).
-        groups: dict[str, list[int]] = {}
-        for i, r in enumerate(runs):
-            groups.setdefault(system_of(r), []).append(i)
-        for system, idx in groups.items():
-            acts = step(agent_of(runs[idx[0]]), system, [user_of(runs[i]) for i in idx])
-            for i, act in zip(idx, acts):
-                if after is not None:
-                    after(runs[i], act)
-                runs[i].activations.append(act)
+        for r, conv, g in zip(runs, convs, gens):
+            act = Activation(agent_of(r), conv, g.text, g.prompt_tokens, g.completion_tokens)
+            if after is not None:
+                after(r, act)
+            said[r.task_id][act.agent] = first_line(g.text)
+            r.activations.append(act)
 
     def execute(run: TeacherRun, act: Activation) -> None:
-        act.tool = "code" if run.profile in ("math", "code") else "wiki_search"
+        act.tool = "code" if is_code(run) else "wiki_search"
         act.tool_input = extract_tool_input(run.profile, act.output)
         obs = tools.get(act.tool)(act.tool_input)  # tools never raise: failures are observations
         act.observation, act.tool_ok = obs.text[:observation_chars], obs.ok
 
-    is_code = lambda r: r.profile in ("math", "code")  # noqa: E731
-    record(lambda r: "planner", lambda r: prompts.PLANNER, lambda r: f"Task: {r.question}")
+    record(lambda r: "planner", lambda r: prompts.PLANNER, _planner_turn, lambda r: {})
+    for hop in range(cfg.max_hops):
+        record(lambda r: "thinker", lambda r: prompts.THINKER, _thinker_turn,
+               lambda r: {"plan": said[r.task_id]["planner"], "results": _results(r) if hop else ""})
+        record(lambda r: "coder" if is_code(r) else "searcher",
+               lambda r: prompts.CODER if is_code(r) else prompts.SEARCHER, _tool_turn,
+               lambda r: {"step": said[r.task_id]["thinker"], "code": is_code(r)}, after=execute)
+        record(lambda r: "reflector", lambda r: prompts.REFLECTOR, _reflector_turn, lambda r: {"results": _results(r)})
+    record(lambda r: "thinker", lambda r: prompts.THINKER, _conclude_turn, lambda r: {"results": _results(r)})
+    record(lambda r: "answerer", lambda r: prompts.ANSWERER, _answerer_turn,
+           lambda r: {"results": _results(r), "conclusion": said[r.task_id]["thinker"]})
     for r in runs:
-        plans[r.task_id] = r.activations[-1].output
-    for _hop in range(cfg.max_hops):
-        record(lambda r: "thinker", lambda r: prompts.THINKER, lambda r: _context(r, plans[r.task_id]))
-        record(
-            lambda r: "coder" if is_code(r) else "searcher",
-            lambda r: prompts.CODER if is_code(r) else prompts.SEARCHER,
-            lambda r: f"{_context(r, plans[r.task_id])}\nNext step: {r.activations[-1].output}",
-            after=execute,
-        )
-        record(lambda r: "reflector", lambda r: prompts.REFLECTOR, _context)
-    record(lambda r: "thinker", lambda r: prompts.THINKER,
-           lambda r: _context(r, plans[r.task_id]) + "\nWhat is the answer?")
-    record(lambda r: "answerer", lambda r: prompts.ANSWERER, _context)
-    for r in runs:
-        r.final_answer = r.activations[-1].output.strip()
+        r.final_answer = first_line(r.activations[-1].output)
     return runs
 
 

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import re
 
-from coa_lab.agents.teacher import TeacherRun
+from coa_lab.agents.teacher import TeacherRun, first_line
 from coa_lab.protocol import block, escape_tags, wrap_observation
 
 ROLE_OF_AGENT = {"planner": "plan", "thinker": "think", "reflector": "reflection", "answerer": "answer"}
 
 
 def _clean(text: str) -> str:
-    # Agents sometimes echo tags; a stray CoA tag would corrupt the block structure.
-    return " ".join(escape_tags(text).split())
+    # What the orchestrator passed on (the first line); agents sometimes echo tags, and a
+    # stray CoA tag would corrupt the block structure.
+    return " ".join(escape_tags(first_line(text)).split())
 
 
 def run_to_coa(run: TeacherRun) -> str:

@@ -205,7 +205,8 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
         for step in range(rl.steps):
             t0 = time.time()
             groups, rewards, s = collect_batch(generator, pool_iter, tools, preset)
-            sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(s.pop("samples"))]
+            samples = s.pop("samples")
+            sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(samples)]
             row = {
                 "step": step,
                 "reward_mean": s["raw_reward_sum"] / max(1, s["sampled_rollouts"]),
@@ -214,6 +215,9 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 "sampled_groups": s["sampled_groups"],
                 "sampling_rounds": s["rounds"],
                 "tool_calls_per_rollout": s["tool_calls"] / max(1, s["sampled_rollouts"]),
+                # every sampled rollout's length (policy + observation tokens): the curve DAPO's
+                # overlong shaping acts on
+                "response_len_sampled": sum(len(r.response_ids) for r, _, _ in samples) / max(1, len(samples)),
             }
             if groups:
                 row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute))

@@ -42,14 +42,15 @@ def gold_text(task: Task) -> str | None:
 
 def task_files(target: str | Path) -> list[Path]:
     """A task file, every task file under a folder, or a shipped suite name (``math``,
-    ``mhqa``, ``code``, ``web``: its eval files).  In folders, SOURCE.json, dot-files and the
+    ``mhqa``, ``code``, ``web``: its eval files; ``math/arith``: one eval benchmark).  In folders, SOURCE.json, dot-files and the
     ``corpus``/``trajectories`` folders of datasets/ are skipped: they hold no tasks."""
     path = Path(target)
     if not path.exists():
         from coa_lab.tasks.suites import SUITE_FILES, suite_files
 
-        if str(target) in SUITE_FILES:
-            return suite_files(str(target), "eval")
+        suite, _, benchmark = str(target).partition("/")
+        if suite in SUITE_FILES and (not benchmark or benchmark in SUITE_FILES[suite]["eval"]):
+            return suite_files(suite, "eval", benchmark or None)
         raise DatasetError(f"{path}: no such file, folder or suite")
     if path.is_file():
         return [path]

@@ -15,7 +15,12 @@ datasets/README.md):
 - ``web`` eval = GAIA (text-only dev) + WebWalkerQA: loads offline, but solving it needs the
   online web tools, and WebWalker's sentence-long answers need the LLM judge to grade.
 - train pools: GSM8K train (math), HotpotQA train (mhqa), MBPP train split (code); ``web``
-  has none.  Every train pool is disjoint from every eval file (tests/test_datasets_disjoint.py).
+  has none.
+- the learnable families, picked with ``benchmark=``: ``math/arith`` (generated tool
+  arithmetic, three levels, :mod:`coa_lab.tasks.arithmetic`) and ``mhqa/lookup`` (single-hop
+  look-ups of 2Wiki evidence triples, answerable from the shipped corpus); each has its own
+  train and eval file. The CPU demo trains and reports on these; GSM8K/HotpotQA stay as the
+  honest hard rows.  Every train pool is disjoint from every eval file (tests/test_datasets_disjoint.py).
 """
 
 from __future__ import annotations
@@ -31,13 +36,13 @@ SPLITS = ("train", "eval")
 # suite -> split -> benchmark -> file (relative to datasets/); dict order = load order.
 SUITE_FILES: dict[str, dict[str, dict[str, str]]] = {
     "math": {
-        "train": {"gsm8k": "math/gsm8k/train.jsonl"},
-        "eval": {"gsm8k": "math/gsm8k/eval.jsonl", "math500": "math/math500/eval.jsonl",
+        "train": {"gsm8k": "math/gsm8k/train.jsonl", "arith": "math/arith/train.jsonl"},
+        "eval": {"gsm8k": "math/gsm8k/eval.jsonl", "arith": "math/arith/eval.jsonl", "math500": "math/math500/eval.jsonl",
                  "aime24": "math/aime24/eval.jsonl", "amc23": "math/amc23/eval.jsonl"},
     },
     "mhqa": {
-        "train": {"hotpotqa": "mhqa/hotpotqa/train.jsonl"},
-        "eval": {"hotpotqa": "mhqa/hotpotqa/eval.jsonl", "2wiki": "mhqa/2wiki/eval.jsonl",
+        "train": {"hotpotqa": "mhqa/hotpotqa/train.jsonl", "lookup": "mhqa/lookup/train.jsonl"},
+        "eval": {"hotpotqa": "mhqa/hotpotqa/eval.jsonl", "lookup": "mhqa/lookup/eval.jsonl", "2wiki": "mhqa/2wiki/eval.jsonl",
                  "musique": "mhqa/musique/eval.jsonl", "bamboogle": "mhqa/bamboogle/eval.jsonl",
                  "nq": "mhqa/nq/eval.jsonl", "triviaqa": "mhqa/triviaqa/eval.jsonl",
                  "popqa": "mhqa/popqa/eval.jsonl"},
@@ -59,6 +64,11 @@ DEFAULT_EVAL: dict[str, tuple[str, ...]] = {
     "code": ("humaneval", "mbpp", "apps", "livecodebench"),
     "web": ("gaia", "webwalker"),
 }
+# Train pools read when no benchmark= is given: the real benchmarks' own train splits.
+DEFAULT_TRAIN: dict[str, tuple[str, ...]] = {"math": ("gsm8k",), "mhqa": ("hotpotqa",), "code": ("mbpp",), "web": ()}
+# The learnable families (tools carry the weight; see coa_lab.tasks.arithmetic and
+# datasets/build_lookup.py): what the CPU demo's headline figures are measured on.
+LEARNABLE = ("math/arith", "mhqa/lookup")
 SUITES = tuple(SUITE_FILES)
 
 
@@ -75,7 +85,7 @@ def suite_files(name: str, split: str, benchmark: str | None = None) -> list[Pat
         return [DATASETS_DIR / files[benchmark]]
     if not files:
         raise DatasetError(f"suite {name!r} has no {split} split (no shipped training pool)")
-    names = DEFAULT_EVAL[name] if split == "eval" else tuple(files)
+    names = DEFAULT_EVAL[name] if split == "eval" else DEFAULT_TRAIN[name]
     return [DATASETS_DIR / files[b] for b in names]
 
 

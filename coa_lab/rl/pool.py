@@ -1,0 +1,53 @@
+"""Choosing the RL pool by the policy's own pass rate, as the paper does.
+
+DAPO learns only from groups whose samples disagree (dynamic sampling drops all-right and
+all-wrong groups). A question the SFT model always solves, or never does, wastes every
+rollout spent on it. So before RL each candidate question is sampled `samples` times by the
+SFT policy, and only those it solves *sometimes but not always* -- a pass rate within
+[min_pass, max_pass] -- enter the pool. At group size 8, a pass rate between ~0.2 and ~0.8
+makes most groups informative (docs: small-scale-learning.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from coa_lab import protocol
+from coa_lab.agents.coa_runner import run_coa
+from coa_lab.tasks.scorers import reward as task_reward
+
+
+@dataclass
+class PoolReport:
+    candidates: int
+    samples: int
+    kept: int
+    pass_rates: dict[str, float] = field(default_factory=dict)  # task id -> pass rate
+    histogram: dict[str, int] = field(default_factory=dict)  # "0/4".."4/4" -> tasks
+
+    def to_dict(self) -> dict:
+        return {"candidates": self.candidates, "samples": self.samples, "kept": self.kept,
+                "histogram": self.histogram, "pass_rates": self.pass_rates}
+
+
+def keep_by_pass_rate(tasks: list, pass_rates: list[float], min_pass: float, max_pass: float) -> list:
+    """The tasks whose pass rate lies in [min_pass, max_pass], excluding 0 and 1 always
+    (an all-wrong or all-right group carries no learning signal)."""
+    if len(tasks) != len(pass_rates):
+        raise ValueError(f"{len(tasks)} tasks but {len(pass_rates)} pass rates")
+    return [t for t, p in zip(tasks, pass_rates) if 0.0 < p < 1.0 and min_pass <= p <= max_pass]
+
+
+def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_pass: float, max_pass: float,
+                temperature: float) -> tuple[list, PoolReport]:
+    """Sample every candidate `samples` times with the policy and keep the mixed-outcome ones."""
+    rollouts = run_coa(generator, candidates, tools, gen_cfg, samples=samples, temperature=temperature)
+    rates = []
+    for i, _task in enumerate(candidates):
+        group = rollouts[i * samples : (i + 1) * samples]
+        rates.append(sum(task_reward(r.task, protocol.final_answer(r.text)) == 1.0 for r in group) / samples)
+    kept = keep_by_pass_rate(candidates, rates, min_pass, max_pass)
+    histogram: dict[str, int] = {f"{k}/{samples}": 0 for k in range(samples + 1)}
+    for p in rates:
+        histogram[f"{round(p * samples)}/{samples}"] += 1
+    return kept, PoolReport(len(candidates), samples, len(kept), {t.id: p for t, p in zip(candidates, rates)}, histogram)

@@ -1,0 +1,151 @@
+"""Generated tool-arithmetic tasks: the numbers are too large to do in the head, so the code
+tool carries the weight. A model that answers from memory scores ~0; one that writes the
+right one-line Python program scores ~1. Three levels give RL headroom beyond SFT:
+
+    level 1  one operation on multi-digit numbers      "What is 6411 plus 788?"
+    level 2  two-step word problems                     a - b + c, a*b - c
+    level 3  three-step word problems + a distractor   a*b - c + d, a*b + c*d, with an unused number
+
+Every task is a plain :class:`Task` (profile ``math``, graded by the same exact numeric
+scorer as GSM8K) with ``metadata = {"family": "arith", "level", "expression"}``.
+
+Splits are disjoint *by construction*: one seeded stream of problems, and a problem belongs
+to ``eval`` iff a hash of its question text falls in the eval bucket. The same seed gives the
+same files on every machine (`python -m coa_lab.tasks.arithmetic --write` rebuilds the
+shipped ``datasets/math/arith/{train,eval}.jsonl``; a test checks they are byte-identical).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+from coa_lab.tasks.records import Task
+
+FAMILY = "arith"
+LEVELS = (1, 2, 3)
+EVAL_BUCKETS = 10  # 1 in 10 questions goes to eval
+SHIPPED_SIZES = {"train": 2400, "eval": 240}  # rows per split in datasets/math/arith/
+
+NAMES = ("Mia", "Omar", "Lena", "Ravi", "Sofia", "Jonas", "Aiko", "Tariq", "Nora", "Pablo", "Ines", "Kofi")
+
+
+def split_of(question: str) -> str:
+    """'eval' for one question in EVAL_BUCKETS, decided by its text alone (so never both)."""
+    digest = hashlib.sha256(question.encode()).digest()
+    return "eval" if digest[0] % EVAL_BUCKETS == 0 else "train"
+
+
+def _level1(rng: random.Random) -> tuple[str, str]:
+    op = rng.choice(("plus", "minus", "times", "divided by"))
+    if op == "plus":
+        a, b = rng.randint(1000, 9999), rng.randint(100, 9999)
+        return f"What is {a} plus {b}?", f"{a} + {b}"
+    if op == "minus":
+        a = rng.randint(2000, 9999)
+        b = rng.randint(100, a - 100)
+        return f"What is {a} minus {b}?", f"{a} - {b}"
+    if op == "times":
+        a, b = rng.randint(12, 99), rng.randint(101, 999)
+        return f"What is {a} times {b}?", f"{a} * {b}"
+    b, q = rng.randint(12, 99), rng.randint(21, 999)
+    return f"What is {b * q} divided by {b}?", f"{b * q} // {b}"
+
+
+# Two story templates per level: a 135M student sees ~25 kept trajectories, so every
+# template must appear several times for SFT to generalise to new numbers and names.
+def _level2(rng: random.Random) -> tuple[str, str]:
+    name = rng.choice(NAMES)
+    kind = rng.randrange(2)
+    if kind == 0:
+        a = rng.randint(2000, 9999)
+        b, c = rng.randint(100, a - 500), rng.randint(100, 999)
+        return (f"A warehouse holds {a} boxes. {b} boxes are shipped out and {c} new boxes arrive. "
+                f"How many boxes are in the warehouse now?", f"{a} - {b} + {c}")
+    if kind == 1:
+        a, b = rng.randint(12, 99), rng.randint(24, 150)
+        c = rng.randint(100, a * b - 50)
+        return (f"{name} buys {a} packs of {b} stickers and gives away {c} stickers. "
+                f"How many stickers does {name} have left?", f"{a} * {b} - {c}")
+
+
+def _level3(rng: random.Random) -> tuple[str, str]:
+    kind = rng.randrange(2)
+    if kind == 0:
+        a, b, x = rng.randint(120, 990), rng.randint(4, 9), rng.randint(12, 300)
+        c = rng.randint(100, a * b - 100)
+        d = rng.randint(100, 999)
+        return (f"A farm has {a} hens and {x} cows. Each hen lays {b} eggs a week. This week the farm "
+                f"sells {c} eggs and buys {d} eggs. How many eggs does the farm have at the end of the week?",
+                f"{a} * {b} - {c} + {d}")
+    a, b, c, d, x = (rng.randint(12, 90), rng.randint(12, 48), rng.randint(12, 90), rng.randint(6, 24),
+                     rng.randint(200, 900))
+    return (f"A school with {x} students orders {a} boxes of {b} pencils and {c} boxes of {d} pens. "
+            f"How many pencils and pens does the school order in total?", f"{a} * {b} + {c} * {d}")
+
+
+_LEVEL_FNS = {1: _level1, 2: _level2, 3: _level3}
+
+
+def generate(split: str, n: int, seed: int = 0, levels: tuple[int, ...] = LEVELS) -> list[Task]:
+    """The first `n` problems of `split`, levels cycling 1, 2, 3, 1, ...; same seed, same tasks."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    bad = set(levels) - set(LEVELS)
+    if bad or not levels:
+        raise ValueError(f"levels must be a non-empty subset of {LEVELS}, got {levels!r}")
+    rng = random.Random(f"{FAMILY}-{seed}")  # a str seed: stable across Python versions
+    tasks, seen = [], set()
+    while len(tasks) < n:
+        level = levels[len(tasks) % len(levels)]
+        # draw until this level yields a new question of the wanted split
+        while True:
+            question, expression = _LEVEL_FNS[level](rng)
+            if question not in seen and split_of(question) == split:
+                break
+        seen.add(question)
+        answer = eval(expression, {"__builtins__": {}})  # noqa: S307 - our own template, digits and + - * //
+        tasks.append(Task(id=f"{FAMILY}-{split}-{len(tasks)}", question=question, answers=[str(answer)],
+                          source=FAMILY, profile="math",
+                          metadata={"family": FAMILY, "level": level, "expression": expression}))
+    return tasks
+
+
+def write_shipped(datasets_dir: Path, seed: int = 0) -> list[Path]:
+    """(Re)write datasets/math/arith/{train,eval}.jsonl and their SOURCE.json; byte-identical
+    for the same seed."""
+    out, entries = [], []
+    for split, n in SHIPPED_SIZES.items():
+        path = datasets_dir / "math" / FAMILY / f"{split}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = "".join(json.dumps(t.to_dict(), ensure_ascii=False) + "\n" for t in generate(split, n, seed)).encode()
+        path.write_bytes(data)
+        out.append(path)
+        entries.append({
+            "file": path.name, "rows": n, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+            "subset": f"the first {n} {split} problems of coa_lab.tasks.arithmetic.generate(seed={seed}), levels 1-3 cycling",
+            "note": "generated, not copied: python -m coa_lab.tasks.arithmetic --write rebuilds it byte-identically",
+            "origins": [{"source_repo": "coa-lab (this repository)", "commit": "coa_lab/tasks/arithmetic.py",
+                         "path": "coa_lab/tasks/arithmetic.py", "license": "no third-party data: templates and "
+                         "numbers are generated by this project's code"}],
+        })
+    (datasets_dir / "math" / FAMILY / "SOURCE.json").write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+
+    from coa_lab.paths import DATASETS_DIR
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help="rewrite the shipped files under datasets/math/arith/")
+    parser.add_argument("--show", type=int, default=0, help="print N generated train problems")
+    args = parser.parse_args()
+    if args.write:
+        for p in write_shipped(DATASETS_DIR):
+            print(p)
+    for t in generate("train", args.show):
+        print(t.metadata["level"], t.question, "=", t.answers[0])
