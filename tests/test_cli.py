@@ -47,3 +47,29 @@ def test_data_inspect_and_gold_policy(capsys):
     assert "gsm8k" in out and "200" in out
     assert main(["eval", "--policy", "gold", "--suite", "datasets/math/gsm8k/eval.jsonl"]) == 0
     assert "100" in capsys.readouterr().out
+
+
+def test_eval_suite_rejects_a_folder_that_is_not_an_adapter(tmp_path):
+    with pytest.raises(SystemExit, match="not a LoRA adapter folder"):
+        main(["eval", "--suite", "math/arith", "--adapter", str(tmp_path)])
+
+
+def test_eval_suite_unknown_target_is_a_clear_error():
+    with pytest.raises(SystemExit, match="no such file, folder or suite"):
+        main(["eval", "--suite", "math/nonesuch"])
+
+
+@pytest.mark.model
+def test_eval_any_model_on_any_task_file(tmp_path, capsys):
+    # a task file the loaders read, outside datasets/: two look-ups in the plain QA layout
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "Who directed the film Casablanca?", "answer": "Michael Curtiz"}\n'
+                  '{"question": "When was Marie Curie born?", "answer": "7 November 1867"}\n')
+    assert main(["eval", "--suite", str(qa), "--set", "gen.max_new_tokens=16", "--set", "gen.max_turns=1"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy" in out and "tok/success" in out and str(qa) in out
+    row = next(line for line in out.splitlines() if line.startswith(str(qa)))
+    assert row.split()[1] == "2"  # both tasks evaluated
+    assert main(["eval", "--suite", "math/arith", "--limit", "2", "--set", "gen.max_new_tokens=16",
+                 "--set", "gen.max_turns=1"]) == 0
+    assert "math/arith/eval.jsonl" in capsys.readouterr().out
