@@ -33,7 +33,10 @@ class ModelConfig:
 @dataclass
 class GenerationConfig:
     backend: str = "hf"  # "hf" (transformers generate) or "vllm" (GPU extra)
-    max_new_tokens: int = 96  # per turn: generation pauses at every tool call
+    # per turn: generation pauses at every tool call. Must exceed the longest turn in the SFT
+    # data (105 tokens up to </code> in the demo's kept runs): at 96 the student's correct
+    # level-3 programs were cut off before their closing tag and scored 0.
+    max_new_tokens: int = 160
     max_turns: int = 3  # tool calls + final answer
     max_response_tokens: int = 320  # whole trajectory budget (model + observation tokens)
     temperature: float = 0.7
@@ -86,10 +89,10 @@ class RLConfig:
     steps: int = 6
     prompts_per_step: int = 3
     group_size: int = 6  # the paper's is 8; the pool's pass-rate screen makes most groups mixed anyway
-    learning_rate: float = 1e-4  # LoRA on a 135M model, few steps; the paper's full-model lr is 1e-6
+    learning_rate: float = 2e-4  # LoRA on a 135M model, few steps; the paper's full-model lr is 1e-6
     clip_low: float = 0.2  # DAPO clip-higher: asymmetric range
     clip_high: float = 0.28
-    mini_batches: int = 2  # >1 makes the ratio move off 1 and clipping matter
+    mini_batches: int = 4  # optimizer steps per sampled batch; >1 moves the ratio off 1, so clipping matters
     dynamic_sampling: bool = True
     max_sampling_rounds: int = 1  # extra draws to refill groups that had no signal
     overlong_buffer: int = 64  # soft overlong punishment window before max_response_tokens
