@@ -66,9 +66,6 @@ DEFAULT_EVAL: dict[str, tuple[str, ...]] = {
 }
 # Train pools read when no benchmark= is given: the real benchmarks' own train splits.
 DEFAULT_TRAIN: dict[str, tuple[str, ...]] = {"math": ("gsm8k",), "mhqa": ("hotpotqa",), "code": ("mbpp",), "web": ()}
-# The learnable families (tools carry the weight; see coa_lab.tasks.arithmetic and
-# datasets/build_lookup.py): what the CPU demo's headline figures are measured on.
-LEARNABLE = ("math/arith", "mhqa/lookup")
 SUITES = tuple(SUITE_FILES)
 
 
