@@ -45,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
                         ("eval", "score base / SFT / RL models on held-out tasks"),
                         ("demo", "all stages, then runs/<name>/report.md")]:
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--preset", default="cpu-smoke" if name != "demo" else "cpu-tiny", choices=sorted(PRESETS))
+        # stages default to the smoke preset (a quick look); the demo and `eval --suite` to the
+        # demo's: the smoke preset's 48-token turns cut a trained model off mid-program
+        p.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                       help="default: cpu-tiny for demo and eval --suite, cpu-smoke for single stages")
         p.add_argument("--run", type=Path, default=None, help="run folder (default: runs/<preset> or runs/demo)")
         p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
         if name == "eval":
@@ -90,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from coa_lab import pipeline
 
+    if args.preset is None:
+        args.preset = "cpu-tiny" if args.command == "demo" or getattr(args, "suite", None) else "cpu-smoke"
     try:
         preset = get_preset(args.preset, **parse_overrides(args.set))
     except ValueError as exc:

@@ -1,6 +1,6 @@
 """Generation backends behind one small interface.
 
-    gen = HFGenerator(model, tokenizer)            # CPU / any GPU, transformers.generate
+    gen = HFGenerator(model, tokenizer)            # CPU / any GPU: coa_lab.decoding over any HF model
     gen = VLLMGenerator(model_path)                # GPU extra: vLLM engine
     gen = OpenAIChatBackend(base_url, model)       # any OpenAI-compatible server (teacher)
 
@@ -34,21 +34,6 @@ def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _cut_at_stop(tokenizer, ids: list[int], stops: Sequence[str]) -> tuple[list[int], bool]:
-    """Shortest prefix of `ids` whose text contains a stop string (binary search: once a
-    prefix contains one, every longer prefix does too)."""
-    if not stops or not any(s in tokenizer.decode(ids) for s in stops):
-        return ids, False
-    lo, hi = 1, len(ids)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if any(s in tokenizer.decode(ids[:mid]) for s in stops):
-            hi = mid
-        else:
-            lo = mid + 1
-    return ids[:lo], True
-
-
 class HFGenerator:
     """Batched transformers generation with stop strings, on whatever device the model is."""
 
@@ -67,52 +52,29 @@ class HFGenerator:
         top_p: float = 1.0,
         stop: Sequence[str] = (),
     ) -> list[Generation]:
-        out: list[Generation] = []
-        for i in range(0, len(prompts), self.batch_size):
-            out.extend(self._generate_batch(prompts[i : i + self.batch_size], max_new_tokens, temperature, top_p, stop))
-        return out
+        """One turn per prompt: stops at EOS, at a stop string (kept, like the token that
+        completed it) or after max_new_tokens."""
+        out: list[Generation | None] = [None] * len(prompts)
 
-    def _generate_batch(self, prompts, max_new_tokens, temperature, top_p, stop) -> list[Generation]:
-        import torch
+        def keep(events):
+            for i, gen in events:
+                out[i] = gen
+            return [None] * len(events)
 
-        tok = self.tokenizer
-        width = max(len(p) for p in prompts)
-        pad = tok.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        device = next(self.model.parameters()).device
-        sampling = temperature > 0
-        kwargs = dict(
-            max_new_tokens=max_new_tokens, do_sample=sampling, pad_token_id=pad,
-            eos_token_id=tok.eos_token_id,
-            # explicit: enabling gradient checkpointing for training flips config.use_cache
-            # off, and generating without a KV cache recomputes the whole prefix every token
-            use_cache=True,
-        )
-        if sampling:
-            kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
-        if stop:
-            kwargs.update(stop_strings=list(stop), tokenizer=tok)
-        was_training = self.model.training
-        self.model.eval()
-        import contextlib
+        self.multi_turn(prompts, keep, max_new_tokens=max_new_tokens, temperature=temperature,
+                        top_p=top_p, stop=stop)
+        return out  # type: ignore[return-value]
 
-        with torch.no_grad(), (self.compute() if self.compute else contextlib.nullcontext()):
-            seqs = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
-        if was_training:
-            self.model.train()
-        results = []
-        for row, prompt in zip(seqs[:, width:].tolist(), prompts):
-            # Finished rows are padded; keep tokens up to and including the first EOS.
-            finish = "length"
-            if tok.eos_token_id in row:
-                row = row[: row.index(tok.eos_token_id) + 1]
-                finish = "eos"
-            row, hit_stop = _cut_at_stop(tok, row, stop)
-            if hit_stop:
-                finish = "stop"
-            results.append(Generation(row, tok.decode(row, skip_special_tokens=False), finish, len(prompt)))
-        return results
+    def multi_turn(self, prompts: list[list[int]], on_turn_end, *, max_new_tokens: int,
+                   max_response_tokens: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
+                   stop: Sequence[str] = ()) -> None:
+        """Multi-turn decoding that keeps each row's KV cache across tool turns
+        (coa_lab.decoding.decode; `run_coa` uses it when a backend offers it)."""
+        from coa_lab.decoding import decode
+
+        decode(self.model, self.tokenizer, prompts, on_turn_end, max_new_tokens=max_new_tokens,
+               max_response_tokens=max_response_tokens, temperature=temperature, top_p=top_p, stop=stop,
+               batch_size=self.batch_size, compute=self.compute)
 
     def chat(self, conversations: list[list[dict]], max_new_tokens: int, temperature: float = 0.0) -> list[Generation]:
         """One assistant reply per conversation (used by the teacher's agents)."""

@@ -196,6 +196,9 @@ def load_model(cfg: ModelConfig, adapter: str | Path | None = None, trainable: b
         raise ModelLoadError(_unknown_model_message(cfg.name, exc)) from exc
     if torch.cuda.is_available() and not cfg.load_in_4bit:
         model = model.to("cuda")
+    from coa_lab.cpu_attention import use_native_gqa
+
+    use_native_gqa(model)  # CPU only: no repeated copies of the KV heads
     tokenizer = load_tokenizer(cfg.name)
     if cfg.load_in_4bit and trainable:
         from peft import prepare_model_for_kbit_training

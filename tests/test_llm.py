@@ -1,8 +1,9 @@
-"""Generation backends: stop strings cut at the right token; secrets never show."""
+"""Generation backends: batching, token counts; secrets never show. (Stop strings and the
+multi-turn decoder: tests/test_decoding.py.)"""
 
 import pytest
 
-from coa_lab.llm import HFGenerator, OpenAIChatBackend, _cut_at_stop, chat_prompt_ids
+from coa_lab.llm import HFGenerator, OpenAIChatBackend, chat_prompt_ids
 from coa_lab.models import load_model, load_tokenizer
 from coa_lab.config import ModelConfig
 
@@ -12,21 +13,6 @@ pytestmark = pytest.mark.model
 @pytest.fixture(scope="module")
 def tok():
     return load_tokenizer("embedded")
-
-
-def test_cut_at_stop_keeps_the_shortest_prefix_containing_the_stop(tok):
-    text = "<think>x</think>\n<code>\nprint(1)\n</code>\n<observation>junk"
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    cut, hit = _cut_at_stop(tok, ids, ["</code>"])
-    assert hit
-    decoded = tok.decode(cut)
-    assert "</code>" in decoded and "<observation>" not in decoded
-    assert "</code>" not in tok.decode(cut[:-1])
-
-
-def test_cut_at_stop_without_stop(tok):
-    ids = tok("no stop here", add_special_tokens=False)["input_ids"]
-    assert _cut_at_stop(tok, ids, ["</code>"]) == (ids, False)
 
 
 def test_hf_generator_batches_and_reports_tokens(tok):

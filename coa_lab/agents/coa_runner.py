@@ -61,18 +61,46 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
         prompt = chat_prompt_ids(tok, task_messages(task.profile, task.question, names))
         rollouts.extend(Rollout(task, list(prompt)) for _ in range(samples))
     stops = protocol.stop_strings(tools.names())
-    seen_calls: list[set[str]] = [set() for _ in rollouts]
+    env = _CoaTurns(rollouts, tools, cfg, tok)
+    if hasattr(generator, "multi_turn"):
+        # one pass that keeps each row's KV cache across tool turns (coa_lab.decoding)
+        generator.multi_turn([r.prompt_ids for r in rollouts], env.turns_ended, max_new_tokens=cfg.max_new_tokens,
+                             max_response_tokens=cfg.max_response_tokens, temperature=temperature,
+                             top_p=cfg.top_p, stop=stops)
+    else:
+        # backends that only serve one turn (vLLM, scripted test policies): re-send the prefix
+        for _turn in range(cfg.max_turns):
+            active = [i for i, r in enumerate(rollouts) if not r.done]
+            if not active:
+                break
+            prompts = [rollouts[i].prompt_ids + rollouts[i].response_ids for i in active]
+            budget = [cfg.max_response_tokens - len(rollouts[i].response_ids) for i in active]
+            gens = generator.generate(prompts, max(1, min(cfg.max_new_tokens, max(budget))), temperature, cfg.top_p, stops)
+            env.turns_ended(list(zip(active, gens)))
+    for r in rollouts:
+        if not r.done:
+            r.finish = "max_turns"
+    return rollouts
 
-    for _turn in range(cfg.max_turns):
-        active = [i for i, r in enumerate(rollouts) if not r.done]
-        if not active:
-            break
-        prompts = [rollouts[i].prompt_ids + rollouts[i].response_ids for i in active]
-        budget = [cfg.max_response_tokens - len(rollouts[i].response_ids) for i in active]
-        gens = generator.generate(prompts, max(1, min(cfg.max_new_tokens, max(budget))), temperature, cfg.top_p, stops)
+
+class _CoaTurns:
+    """The environment side of a rollout: record a finished turn, decide how the rollout
+    goes on, run the tools it called (concurrently) and hand back the observation ids."""
+
+    def __init__(self, rollouts: list[Rollout], tools, cfg: GenerationConfig, tokenizer):
+        self.rollouts, self.tools, self.cfg, self.tok = rollouts, tools, cfg, tokenizer
+        self.turns = [0] * len(rollouts)
+        self.seen_calls: list[set[str]] = [set() for _ in rollouts]
+
+    def turns_ended(self, events) -> list[list[int] | None]:
+        cfg, tok, tools = self.cfg, self.tok, self.tools
+        replies: dict[int, list[int] | None] = {}
         pending: list[tuple[int, protocol.Step]] = []
-        for i, gen, room in zip(active, gens, budget):
-            r = rollouts[i]
+        for i, gen in events:
+            r = self.rollouts[i]
+            self.turns[i] += 1
+            replies[i] = None
+            room = cfg.max_response_tokens - len(r.response_ids)
             ids = gen.token_ids[: max(room, 0)]
             r.response_ids += ids
             r.response_mask += [1] * len(ids)
@@ -91,9 +119,9 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
                 r.finish, r.truncated = "length", True
             else:
                 r.finish = "no_action"
-        observations = _run_tools(tools, pending, seen_calls)
+        observations = _run_tools(tools, pending, self.seen_calls)
         for (i, call), obs in zip(pending, observations):
-            r = rollouts[i]
+            r = self.rollouts[i]
             r.tool_calls += 1
             r.tool_errors += 0 if obs.ok else 1
             text = protocol.wrap_observation(obs.text[: cfg.observation_chars])
@@ -104,10 +132,11 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
             r.text += tok.decode(ids[:room], skip_special_tokens=False)
             if len(ids) >= room:
                 r.finish, r.truncated = "length", True
-    for r in rollouts:
-        if not r.done:
-            r.finish = "max_turns"
-    return rollouts
+            elif self.turns[i] >= cfg.max_turns:
+                r.finish = "max_turns"
+            else:
+                replies[i] = ids
+        return [replies[i] for i, _ in events]
 
 
 def _run_tools(tools, pending, seen_calls):
