@@ -168,7 +168,7 @@ def _prefill(model, prompts, pad, device):
         return ids, mask
 
     cache = DynamicCache()
-    groups = shared_prefix_groups(prompts)
+    groups = shared_prefix_groups(prompts, MIN_SHARED_PREFIX)
     if all(size == 1 for size, _ in groups) or any(shared == 0 for _, shared in groups):
         ids, mask = left_pad(prompts)
         out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
