@@ -57,7 +57,7 @@ LEARNABLE_MIX = {"math/arith": 48, "mhqa/lookup": 16}
 class CaptureConfig:
     # from the train splits; more arithmetic than look-ups: the 135M teacher solves ~60% of
     # the former and ~25% of the latter, and the demo wants most SFT data from its own runs
-    tasks: dict[str, int] = field(default_factory=lambda: {"math/arith": 48, "mhqa/lookup": 16})
+    tasks: dict[str, int] = field(default_factory=lambda: {"math/arith": 48, "mhqa/lookup": 24})
     max_hops: int = 1  # tool-agent activations per teacher run
     teacher_model: str | None = None  # None: the preset's model; or any model name / path
     teacher_max_new_tokens: int = 40  # per agent call: the agents are few-shot and terse

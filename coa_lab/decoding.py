@@ -132,27 +132,51 @@ def decode(
 MIN_SHARED_PREFIX = 48  # tokens; shorter common prefixes are not worth a separate forward
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def shared_prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_PREFIX) -> list[tuple[int, int]]:
     """Split consecutive (sorted) prompts into groups sharing a prefix of >= min_shared tokens.
     Returns (group size, shared length) per group; the shared part always leaves each member
     at least one token of its own (its last logits come from the suffix forward); a group of
-    one shares everything but its last token with itself."""
-    groups: list[tuple[int, int]] = []
-    i = 0
-    while i < len(prompts):
-        first, shared, j = prompts[i], len(prompts[i]) - 1, i + 1
-        while j < len(prompts):
-            other = prompts[j]
-            n = 0
-            limit = min(shared, len(other) - 1)
-            while n < limit and first[n] == other[n]:
-                n += 1
-            if n < min_shared:
-                break
-            shared, j = n, j + 1
-        groups.append((j - i, shared))  # a lone prompt: all but its last token
-        i = j
-    return groups
+    one shares everything but its last token with itself.
+
+    Where to cut is chosen by cost, because both passes are padded: the prefix pass costs
+    (groups x longest shared part), the suffix pass (rows x longest own part). Grouping every
+    prompt that shares a short instruction leaves long suffixes for all; cutting only where
+    the shared part drops below a threshold T keeps worked examples shared. Every T in the
+    observed common-prefix lengths is tried, and "no sharing" (all groups of one) wins when
+    nothing beats plain prefill.
+    """
+    n = len(prompts)
+    lcp = [_common_prefix(prompts[i], prompts[i + 1]) for i in range(n - 1)]
+
+    def split(threshold: int) -> list[tuple[int, int]]:
+        groups, i = [], 0
+        while i < n:
+            shared, j = len(prompts[i]) - 1, i + 1
+            while j < n and lcp[j - 1] >= threshold:
+                shared, j = min(shared, lcp[j - 1], len(prompts[j]) - 1), j + 1
+            groups.append((j - i, shared))
+            i = j
+        return groups
+
+    def cost(groups: list[tuple[int, int]]) -> int:
+        if all(size == 1 for size, _ in groups):
+            return n * max(len(p) for p in prompts)  # _prefill's plain path: one padded pass
+        own, k = [], 0
+        for size, shared in groups:
+            own += [len(p) - shared for p in prompts[k:k + size]]
+            k += size
+        return len(groups) * max(shared for _, shared in groups) + n * max(own)
+
+    candidates = [split(t) for t in sorted({min_shared, *(x for x in lcp if x >= min_shared)})]
+    candidates.append([(1, len(p) - 1) for p in prompts])
+    return min(candidates, key=cost)
 
 
 def _prefill(model, prompts, pad, device):

@@ -61,6 +61,43 @@ def pad_batch(rows: list[dict], pad_id: int) -> dict:
     return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "attention_mask": torch.tensor(attn)}
 
 
+def masked_lm_loss(model, batch: dict, num_items_in_batch=None):
+    """Next-token cross-entropy over the labelled tokens only, with the LM head run only from
+    the first labelled position on (`logits_to_keep`): prompt positions carry no label, and
+    their [L, V] logits were a large share of a small model's step. Summed and divided by
+    `num_items_in_batch` when the Trainer counts labels across accumulation steps, else the
+    mean over this batch's labels -- what transformers' own causal-LM loss computes."""
+    import torch
+
+    labels = batch["labels"]
+    labelled = (labels != IGNORE_INDEX).any(dim=0).nonzero()
+    length = labels.shape[1]
+    start = max(1, int(labelled[0])) if len(labelled) else length - 1  # first position with a label
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    logits = model(**inputs, logits_to_keep=length - start + 1).logits[:, :-1]  # predicts start..L-1
+    loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels[:, start:],
+                                             ignore_index=IGNORE_INDEX, reduction="sum")
+    if num_items_in_batch is None:
+        num_items_in_batch = (labels[:, start:] != IGNORE_INDEX).sum()
+    return loss / torch.as_tensor(num_items_in_batch, device=loss.device).clamp(min=1)
+
+
+def _masked_trainer():
+    """transformers' Trainer with `masked_lm_loss` (built lazily: the import is heavy)."""
+    from transformers import Trainer
+
+    class MaskedLMTrainer(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = masked_lm_loss(model, inputs, num_items_in_batch)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                # num_items_in_batch counts every rank's labels, and DDP averages the gradients:
+                # scale back, as Trainer.compute_loss does
+                loss = loss * self.accelerator.num_processes
+            return (loss, None) if return_outputs else loss
+
+    return MaskedLMTrainer
+
+
 @dataclass
 class SFTResult:
     adapter_dir: Path
@@ -75,7 +112,7 @@ class SFTResult:
 def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Path) -> SFTResult:
     """Fine-tune the preset's model on `records` with observation masking; saves the adapter."""
     import torch
-    from transformers import Trainer, TrainingArguments
+    from transformers import TrainingArguments
 
     from coa_lab.models import cpu_autocast_enabled, load_model
 
@@ -108,7 +145,7 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
+    trainer = _masked_trainer()(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
                       data_collator=lambda rows: pad_batch(rows, tokenizer.pad_token_id))
     output = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

@@ -250,6 +250,21 @@ def test_token_logprobs_matches_manual(tiny_llama):
     assert torch.all(got[:, 1:] < 0)
 
 
+def test_token_logprobs_from_start_equals_full_pass(tiny_llama):
+    """start=k runs the LM head on fewer positions; log-probs from k on must not change."""
+    torch.manual_seed(4)
+    ids = torch.randint(0, 50, (2, 9))
+    attn = torch.ones(2, 9, dtype=torch.long)
+    attn[0, 7:] = 0
+    with torch.no_grad():
+        full = token_logprobs(tiny_llama, ids, attn)
+        for k in (1, 4, 8, 9):
+            part = token_logprobs(tiny_llama, ids, attn, start=k)
+            assert part.shape == full.shape
+            assert torch.all(part[:, :k] == 0)
+            torch.testing.assert_close(part[:, k:], full[:, k:], atol=1e-5, rtol=1e-5)
+
+
 def test_token_logprobs_is_differentiable(tiny_llama):
     ids = torch.randint(0, 50, (1, 5))
     out = token_logprobs(tiny_llama, ids, torch.ones_like(ids))

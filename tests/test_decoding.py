@@ -143,6 +143,27 @@ def test_shared_prefix_groups_split_sorted_prompts():
     assert shared_prefix_groups(prompts, min_shared=80) == [(1, 60), (2, 101), (1, 2)]
 
 
+def test_groups_keep_worked_examples_shared_not_just_the_instruction():
+    """Team prompts: one instruction (50 tokens) for all, then one of three worked-example
+    blocks (250 tokens), then the task (10 tokens). One group sharing only the instruction
+    would leave 260-token suffixes on every row; the cost-based cut groups by examples."""
+    from coa_lab.decoding import shared_prefix_groups
+
+    instruction = list(range(50))
+    blocks = [[1000 + 300 * b + i for i in range(250)] for b in range(3)]
+    prompts = sorted(instruction + blocks[t % 3] + [5000 + 10 * t + i for i in range(10)] for t in range(12))
+    groups = shared_prefix_groups(prompts, min_shared=48)
+    assert [size for size, _ in groups] == [4, 4, 4]
+    assert all(shared == 300 for _, shared in groups)
+
+
+def test_prompts_sharing_nothing_long_are_not_grouped():
+    from coa_lab.decoding import shared_prefix_groups
+
+    prompts = sorted([[t] + list(range(100, 140)) for t in range(5)])
+    assert shared_prefix_groups(prompts, min_shared=48) == [(1, 40)] * 5
+
+
 def test_a_shared_prefix_is_prefilled_once_with_the_same_greedy_output(model_tok):
     """Team agents share a long instruction + worked examples; the decoder prefills it once
     and copies the cache rows. Output must equal decoding each prompt on its own."""

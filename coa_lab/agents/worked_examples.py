@@ -111,6 +111,38 @@ MHQA: tuple[WorkedRun, ...] = (
     _lookup("What country was Akira Kurosawa a citizen of?", "Akira Kurosawa", "the country of citizenship",
             "Akira Kurosawa( 23 March 1910 – 6 September 1998) was a Japanese film director and screenwriter.",
             "Japanese"),
+    # A second run per relation: with two examples of the question's own relation before it,
+    # the reader copies the span the cue word points at ("directed by", "son of", "born")
+    # instead of the first name in the passage.
+    _lookup("Who directed the film Jaws?", "Jaws", "the director",
+            "Jaws is a 1975 American thriller film directed by Steven Spielberg and based on the novel by "
+            "Peter Benchley. It stars Roy Scheider and Robert Shaw.", "Steven Spielberg"),
+    _lookup("When was Serena Williams born?", "Serena Williams", "the date of birth",
+            "Serena Jameka Williams( born September 26, 1981) is an American former professional tennis player.",
+            "September 26, 1981"),
+    _lookup("When did Albert Einstein die?", "Albert Einstein", "the date of death",
+            "Albert Einstein( 14 March 1879 – 18 April 1955) was a German- born theoretical physicist.",
+            "18 April 1955"),
+    _lookup("Where was Wolfgang Amadeus Mozart born?", "Wolfgang Amadeus Mozart", "the place of birth",
+            "Wolfgang Amadeus Mozart( 27 January 1756 – 5 December 1791) was a composer of the Classical period. "
+            "He was born in Salzburg, the son of Leopold Mozart.", "Salzburg"),
+    _lookup("Where did Vincent van Gogh die?", "Vincent van Gogh", "the place of death",
+            "Vincent Willem van Gogh( 30 March 1853 – 29 July 1890) was a Dutch painter. He died in "
+            "Auvers-sur-Oise, France.", "Auvers-sur-Oise"),
+    _lookup("In what year was the film Psycho released?", "Psycho", "the release year",
+            "Psycho is a 1960 American horror film directed and produced by Alfred Hitchcock.", "1960"),
+    _lookup("Who was the father of Wolfgang Amadeus Mozart?", "Wolfgang Amadeus Mozart", "the father",
+            "Wolfgang Amadeus Mozart( 27 January 1756 – 5 December 1791) was a composer. He was the son of "
+            "Leopold Mozart and Anna Maria Pertl.", "Leopold Mozart"),
+    _lookup("Who was the mother of Elizabeth I?", "Elizabeth I", "the mother",
+            "Elizabeth I( 7 September 1533 – 24 March 1603) was Queen of England. She was the daughter of "
+            "Henry VIII and his second wife, Anne Boleyn.", "Anne Boleyn"),
+    _lookup("Who was the spouse of Franklin D. Roosevelt?", "Franklin D. Roosevelt", "the spouse",
+            "Franklin Delano Roosevelt( January 30, 1882 – April 12, 1945) was the 32nd president of the United "
+            "States. In 1905 he married Eleanor Roosevelt.", "Eleanor Roosevelt"),
+    _lookup("What country was Orson Welles a citizen of?", "Orson Welles", "the country of citizenship",
+            "George Orson Welles( May 6, 1915 – October 10, 1985) was an American director, actor and writer.",
+            "American"),
 )
 
 BANK: dict[str, tuple[WorkedRun, ...]] = {"math": MATH, "code": MATH, "mhqa": MHQA}

@@ -81,14 +81,21 @@ def dapo_token_loss(
     return loss, stats
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """log p(token_t | tokens_<t) for every position t >= 1; position 0 gets 0.
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int = 1) -> torch.Tensor:
+    """log p(token_t | tokens_<t) for every position t >= start; positions < start get 0.
 
     input_ids, attention_mask: [B, L] (right-padded) -> [B, L].
+    start: the first position whose log-prob is needed (the shortest prompt's length: no
+    prompt token is ever in the loss). The LM head then runs only on positions start-1..L-2:
+    its [B, L, V] logits are the largest tensor of a small model's step, and a prompt's share
+    of them was pure waste.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, L, V]
-    logits = logits[:, :-1].float()  # [B, L-1, V] position t predicts token t+1
-    targets = input_ids[:, 1:]  # [B, L-1]
+    length = input_ids.shape[1]
+    start = max(1, min(int(start), length))
+    # logits_to_keep=k: the model applies its LM head to the last k positions only
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=length - start + 1).logits
+    logits = logits[:, :-1].float()  # [B, L-start, V]: position t predicts token t+1
+    targets = input_ids[:, start:]  # [B, L-start]
     # cross_entropy = -log p(target); it avoids materialising a second [B, L, V] tensor.
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [B, L-1]
-    return torch.nn.functional.pad(-nll, (1, 0))  # [B, L]
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    return torch.nn.functional.pad(-nll, (start, 0))  # [B, L]

@@ -118,9 +118,10 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                                         else [0] * len(r.response_ids)) for r in flat]
     input_ids, loss_mask = _pad(ids, pad_id).to(device), _pad(masks, 0).to(device)
     attention = _pad([[1] * len(x) for x in ids], 0).to(device)
+    start = min(len(r.prompt_ids) for r in flat)  # no prompt token is in the loss: skip their logits
     model.eval()  # no dropout: old and new log-probs must come from the same function
     with torch.no_grad(), compute():
-        old = torch.cat([dapo.token_logprobs(model, input_ids[i : i + 4], attention[i : i + 4])
+        old = torch.cat([dapo.token_logprobs(model, input_ids[i : i + 4], attention[i : i + 4], start)
                          for i in range(0, len(flat), 4)])
     model.train()  # gradient checkpointing (GPU presets) is only active in train mode
     order = list(range(len(flat)))
@@ -134,7 +135,7 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
         for j in range(0, len(mb), 4):  # micro-batches of 4 bound the [B, L, V] logits
             sub = idx[j : j + 4]
             with compute():
-                logp = dapo.token_logprobs(model, input_ids[sub], attention[sub])
+                logp = dapo.token_logprobs(model, input_ids[sub], attention[sub], start)
             loss, st = dapo.dapo_token_loss(logp, old[sub], adv.to(device)[sub], loss_mask[sub],
                                             rl.clip_low, rl.clip_high, n_tokens=n_tokens)
             loss.backward()
