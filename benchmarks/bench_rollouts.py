@@ -18,12 +18,13 @@ when it exists) the policy really calls the code tool, so rollouts have several 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab.agents.coa_runner import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
@@ -141,11 +142,7 @@ def main() -> int:
     print(f"speed-up over generate-per-turn: {result['speedup_vs_generate_per_turn']}x; "
           f"multi-turn policy tok/s vs single-turn: {result['multi_turn_vs_single_turn']}x (goal >= 0.7); "
           f"same greedy endings {result['same_greedy_endings']}")
-    print(f"machine: {result['machine']}")
-    out = runs_dir() / "bench" / "rollouts.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    save("rollouts", result)
     return 0
 
 

@@ -55,8 +55,9 @@ LEARNABLE_MIX = {"math/arith": 48, "mhqa/lookup": 16}
 
 @dataclass
 class CaptureConfig:
-    # from the train splits; more arithmetic than look-ups: the 135M teacher solves ~60% of
-    # the former and ~25% of the latter, and the demo wants most SFT data from its own runs
+    # from the train splits; more arithmetic than look-ups: the 135M teacher solves ~90% of
+    # the former and ~33% of the latter (demo, 2026-11-23), and every look-up relation needs a
+    # few kept runs or the student answers that kind of question in prose (measured at 16)
     tasks: dict[str, int] = field(default_factory=lambda: {"math/arith": 48, "mhqa/lookup": 24})
     max_hops: int = 1  # tool-agent activations per teacher run
     teacher_model: str | None = None  # None: the preset's model; or any model name / path
@@ -109,6 +110,10 @@ class RLConfig:
     pool_samples: int = 4
     pool_min_pass: float = 0.2
     pool_max_pass: float = 0.8
+    # At most this many pool questions, nearest a 50% pass rate first (None: all kept). A small
+    # pool that every couple of steps revisits makes the training-accuracy curve compare the
+    # same questions over time; a large one mixes learning with which questions were drawn.
+    pool_size: int | None = None
 
 
 @dataclass
@@ -140,8 +145,12 @@ class Preset:
 
 
 def _cpu_tiny() -> Preset:
-    """The demo: every stage for real on the embedded 135M model, 85 min on a 2-core AVX2-only CPU (README: measured)."""
-    return Preset(name="cpu-tiny")
+    """The demo: every stage for real on the embedded 135M model, 47-48 min on a 2-core AVX2-only CPU (README: measured)."""
+    # RL: 6 questions x 4 samples a step (the paper: 8 samples). Measured with 3 x 8 on the same
+    # SFT adapter: a step's gradient came from 1-3 question templates, and the "Only hens lay
+    # eggs" reasoning reinforced on farm questions spread to the school ones (held-out arith
+    # 0.81 -> 0.69 after RL); more questions per step average the update across templates.
+    return Preset(name="cpu-tiny", rl=RLConfig(prompts_per_step=6, group_size=4))
 
 
 def _cpu_smoke() -> Preset:

@@ -30,6 +30,29 @@ def _pooled(results: dict, keys) -> dict | None:
             "tokens_per_success": win_tokens / wins if wins else None}
 
 
+def revisited_questions(rollouts_path: Path) -> dict | None:
+    """RL questions sampled at two or more steps: mean accuracy at their first step and at
+    their last. A paired comparison -- the same questions before and after the updates in
+    between -- so it does not move with which questions a step happened to draw, as the
+    per-step curve does."""
+    if not rollouts_path.exists():
+        return None
+    by_task: dict[str, dict[int, list[float]]] = {}
+    for line in rollouts_path.read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            by_task.setdefault(rec["task_id"], {}).setdefault(rec["metadata"]["step"], []).append(rec["reward"])
+    pairs = []
+    for steps in by_task.values():
+        if len(steps) >= 2:
+            first, last = steps[min(steps)], steps[max(steps)]
+            pairs.append((sum(first) / len(first), sum(last) / len(last)))
+    if not pairs:
+        return None
+    return {"questions": len(pairs), "first": sum(a for a, _ in pairs) / len(pairs),
+            "last": sum(b for _, b in pairs) / len(pairs)}
+
+
 def summarize(run: str | Path, headline=None) -> dict:
     """The demo's headline figures (issue: "a learner sees something learned"), read from the
     files the stages wrote; measured on the held-out tasks of the learnable families."""
@@ -57,6 +80,7 @@ def summarize(run: str | Path, headline=None) -> dict:
         "rl_steps": len(metrics),
         "rl_updates": sum(1 for m in metrics if "loss" in m),
         "rl_train_accuracy_by_step": [m["accuracy"] for m in metrics],
+        "rl_revisited_questions": revisited_questions(run / "rl" / "rollouts.jsonl"),
         "teacher_accuracy": get(teacher, "accuracy"),
         "tokens_per_success_ratio": (single["tokens_per_success"] / teacher["tokens_per_success"])
         if single and teacher and single["tokens_per_success"] and teacher.get("tokens_per_success") else None,
@@ -104,6 +128,7 @@ def write_report(run: str | Path) -> Path:
     n = summary["eval_tasks"]
     head = ", ".join(summary["headline_benchmarks"]) or "–"
     first_last = _thirds(summary["rl_train_accuracy_by_step"])
+    rv = summary["rl_revisited_questions"]
     lines += ["## Headline (held-out tasks of the learnable families: " + head + ")", "",
               "| figure | value |", "|---|---|",
               f"| teacher success on its capture tasks | {_fmt(summary['teacher_success'], 2)} |",
@@ -114,6 +139,8 @@ def write_report(run: str | Path) -> Path:
               f"| RL steps with an update | {summary['rl_updates']} of {summary['rl_steps']} |",
               f"| RL training accuracy, first third → last third of steps | "
               + (f"{first_last[0]:.2f} → {first_last[1]:.2f}" if first_last else "–") + " |",
+              f"| RL questions sampled at 2+ steps: accuracy at their first → last step | "
+              + (f"{rv['first']:.2f} → {rv['last']:.2f} ({rv['questions']} questions)" if rv else "–") + " |",
               f"| multi-agent teacher accuracy on the same held-out tasks | {_fmt(summary['teacher_accuracy'], 2)} |",
               f"| tokens per success: single model / teacher | {_fmt(summary['single_tokens_per_success'], 0)} / "
               f"{_fmt(summary['teacher_tokens_per_success'], 0)} = {_fmt(summary['tokens_per_success_ratio'], 2)} |", ""]

@@ -82,7 +82,7 @@ def masked_lm_loss(model, batch: dict, num_items_in_batch=None):
     return loss / torch.as_tensor(num_items_in_batch, device=loss.device).clamp(min=1)
 
 
-def _masked_trainer():
+def masked_trainer():
     """transformers' Trainer with `masked_lm_loss` (built lazily: the import is heavy)."""
     from transformers import Trainer
 
@@ -145,7 +145,7 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
-    trainer = _masked_trainer()(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
+    trainer = masked_trainer()(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
                       data_collator=lambda rows: pad_batch(rows, tokenizer.pad_token_id))
     output = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

@@ -82,7 +82,7 @@ def test_summary_json_has_the_headline_figures(run_dir):
     summary = json.loads((run_dir / "summary.json").read_text())
     for key in ("teacher_success", "kept_from_teacher_fraction", "base_accuracy", "sft_accuracy", "sft_format_valid",
                 "rl_accuracy", "rl_steps", "rl_updates", "rl_train_accuracy_by_step", "teacher_accuracy",
-                "tokens_per_success_ratio", "eval_tasks", "seconds"):
+                "tokens_per_success_ratio", "eval_tasks", "seconds", "rl_revisited_questions"):
         assert key in summary, key
     assert summary["eval_tasks"] == 4 and summary["rl_steps"] == len(summary["rl_train_accuracy_by_step"]) == 1
     assert summary["seconds"] > 0 and 0 <= summary["kept_from_teacher_fraction"] <= 1

@@ -1,0 +1,28 @@
+"""coa_lab/report.py: the paired RL figure (same questions, first step vs last step)."""
+
+from __future__ import annotations
+
+import json
+
+from coa_lab.report import revisited_questions
+
+
+def _rollout(task: str, step: int, reward: float) -> dict:
+    return {"task_id": task, "reward": reward, "metadata": {"step": step}}
+
+
+def test_revisited_questions_pairs_first_and_last_step_of_each_question(tmp_path):
+    rows = [_rollout("a", 0, 0.0), _rollout("a", 0, 1.0), _rollout("a", 3, 1.0), _rollout("a", 5, 1.0),
+            _rollout("b", 1, 0.0), _rollout("b", 4, 0.0), _rollout("b", 4, 1.0),
+            _rollout("c", 2, 1.0)]  # c was sampled at one step only: no pair
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
+    got = revisited_questions(path)
+    assert got == {"questions": 2, "first": (0.5 + 0.0) / 2, "last": (1.0 + 0.5) / 2}
+
+
+def test_revisited_questions_without_pairs_or_file(tmp_path):
+    assert revisited_questions(tmp_path / "missing.jsonl") is None
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text(json.dumps(_rollout("a", 0, 1.0)) + "\n")
+    assert revisited_questions(path) is None
