@@ -110,10 +110,6 @@ class RLConfig:
     pool_samples: int = 4
     pool_min_pass: float = 0.2
     pool_max_pass: float = 0.8
-    # At most this many pool questions, nearest a 50% pass rate first (None: all kept). A small
-    # pool that every couple of steps revisits makes the training-accuracy curve compare the
-    # same questions over time; a large one mixes learning with which questions were drawn.
-    pool_size: int | None = None
 
 
 @dataclass

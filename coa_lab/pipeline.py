@@ -163,7 +163,7 @@ def rl(preset: Preset, run: Path) -> dict:
     tools = make_tools(preset)
     r = preset.rl
     pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset.gen, r.pool_samples,
-                               r.pool_min_pass, r.pool_max_pass, r.temperature, r.pool_size)
+                               r.pool_min_pass, r.pool_max_pass, r.temperature)
     fallback = len(pool) < r.prompts_per_step
     if fallback:  # too few mixed-outcome questions: train on every candidate, and say so
         pool = candidates

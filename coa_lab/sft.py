@@ -63,8 +63,10 @@ def pad_batch(rows: list[dict], pad_id: int) -> dict:
 
 def masked_lm_loss(model, batch: dict, num_items_in_batch=None):
     """Next-token cross-entropy over the labelled tokens only, with the LM head run only from
-    the first labelled position on (`logits_to_keep`): prompt positions carry no label, and
-    their [L, V] logits were a large share of a small model's step. Summed and divided by
+    the first labelled position on (`logits_to_keep`): prompt positions carry no label, so
+    their [L, V] logits are never computed or stored. (Speed on the CPU demo: no measurable
+    gain, benchmarks/bench_sft.py; the saving is memory, larger at long prompts and big
+    vocabularies.) Summed and divided by
     `num_items_in_batch` when the Trainer counts labels across accumulation steps, else the
     mean over this batch's labels -- what transformers' own causal-LM loss computes."""
     import torch

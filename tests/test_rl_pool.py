@@ -5,7 +5,7 @@ import pytest
 
 from coa_lab.config import get_preset
 from coa_lab.llm import Generation
-from coa_lab.rl.pool import keep_by_pass_rate, most_informative, select_pool
+from coa_lab.rl.pool import keep_by_pass_rate, select_pool
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 
@@ -20,14 +20,6 @@ def test_keep_by_pass_rate_drops_never_and_always_solved():
     assert keep_by_pass_rate(TASKS, rates, 0.3, 0.4) == []
     with pytest.raises(ValueError):
         keep_by_pass_rate(TASKS, rates[:2], 0.2, 0.8)
-
-
-def test_most_informative_keeps_pass_rates_nearest_one_half_in_order():
-    rates = [0.75, 0.25, 0.5, 0.625]
-    assert [t.id for t in most_informative(TASKS, rates, 2)] == ["t3", "t4"]
-    assert [t.id for t in most_informative(TASKS, rates, 3)] == ["t1", "t3", "t4"]  # a 0.75/0.25 tie: first wins
-    assert most_informative(TASKS, rates, None) == TASKS
-    assert most_informative(TASKS, rates, 10) == TASKS
 
 
 class KnownSkill:
@@ -59,6 +51,3 @@ def test_select_pool_samples_each_candidate_and_keeps_mixed_ones():
     assert report.pass_rates == {"t1": 0.0, "t2": 0.25, "t3": 0.5, "t4": 0.75}
     assert report.histogram == {"0/4": 1, "1/4": 1, "2/4": 1, "3/4": 1, "4/4": 0}
     assert report.kept == 3 and report.candidates == 4
-    capped, report = select_pool(KnownSkill(tok), TASKS, build_tools(["code"]), preset.gen, samples=4,
-                                 min_pass=0.2, max_pass=0.8, temperature=1.0, size=1)
-    assert [t.id for t in capped] == ["t3"] and report.kept == 1  # the 2/4 question

@@ -38,27 +38,15 @@ def keep_by_pass_rate(tasks: list, pass_rates: list[float], min_pass: float, max
     return [t for t, p in zip(tasks, pass_rates) if 0.0 < p < 1.0 and min_pass <= p <= max_pass]
 
 
-def most_informative(tasks: list, pass_rates: list[float], size: int | None) -> list:
-    """At most `size` of `tasks`, those whose pass rate is nearest 0.5 first (a group of such a
-    question is the likeliest to disagree), ties in the given order; None keeps all."""
-    if size is None or len(tasks) <= size:
-        return list(tasks)
-    order = sorted(range(len(tasks)), key=lambda i: abs(pass_rates[i] - 0.5))
-    return [tasks[i] for i in sorted(order[:size])]
-
-
 def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_pass: float, max_pass: float,
-                temperature: float, size: int | None = None) -> tuple[list, PoolReport]:
-    """Sample every candidate `samples` times with the policy and keep the mixed-outcome ones
-    (at most `size`, the most informative first)."""
+                temperature: float) -> tuple[list, PoolReport]:
+    """Sample every candidate `samples` times with the policy and keep the mixed-outcome ones."""
     rollouts = run_coa(generator, candidates, tools, gen_cfg, samples=samples, temperature=temperature)
     rates = []
     for i, _task in enumerate(candidates):
         group = rollouts[i * samples : (i + 1) * samples]
         rates.append(sum(task_reward(r.task, protocol.final_answer(r.text)) == 1.0 for r in group) / samples)
     kept = keep_by_pass_rate(candidates, rates, min_pass, max_pass)
-    rate_of = {t.id: p for t, p in zip(candidates, rates)}
-    kept = most_informative(kept, [rate_of[t.id] for t in kept], size)
     histogram: dict[str, int] = {f"{k}/{samples}": 0 for k in range(samples + 1)}
     for p in rates:
         histogram[f"{round(p * samples)}/{samples}"] += 1
