@@ -167,10 +167,12 @@ def rl(preset: Preset, run: Path) -> dict:
     fallback = len(pool) < r.prompts_per_step
     if fallback:  # too few mixed-outcome questions: train on every candidate, and say so
         pool = candidates
-    _write_json(run / "rl" / "pool.json", {**report.to_dict(), "fallback_to_all_candidates": fallback})
+    anchors = [t for t in candidates if report.pass_rates[t.id] == 1.0]  # solved every time
+    _write_json(run / "rl" / "pool.json", {**report.to_dict(), "fallback_to_all_candidates": fallback,
+                                          "anchors": [t.id for t in anchors]})
     screen_seconds = round(time.time() - t0, 1)
-    result = train_rl(preset, pool, tools, run / "rl", adapter=adapter)
-    summary = {"steps": len(result.metrics), "metrics": result.metrics, "pool": len(pool),
+    result = train_rl(preset, pool, tools, run / "rl", adapter=adapter, anchors=anchors)
+    summary = {"steps": len(result.metrics), "metrics": result.metrics, "pool": len(pool), "anchors": len(anchors),
                "pool_candidates": len(candidates), "pool_histogram": report.histogram,
                "pool_fallback": fallback, "pool_seconds": screen_seconds, "seconds": round(time.time() - t0, 1)}
     _write_json(run / "rl" / "summary.json", summary)

@@ -30,17 +30,19 @@ def _pooled(results: dict, keys) -> dict | None:
             "tokens_per_success": win_tokens / wins if wins else None}
 
 
-def revisited_questions(rollouts_path: Path) -> dict | None:
-    """RL questions sampled at two or more steps: mean accuracy at their first step and at
+def revisited_questions(rollouts_path: Path, exclude: frozenset[str] | set[str] = frozenset()) -> dict | None:
+    """RL pool questions sampled at two or more steps: mean accuracy at their first step and at
     their last. A paired comparison -- the same questions before and after the updates in
     between -- so it does not move with which questions a step happened to draw, as the
-    per-step curve does."""
+    per-step curve does. `exclude`: task ids left out (the anchors, which start solved)."""
     if not rollouts_path.exists():
         return None
     by_task: dict[str, dict[int, list[float]]] = {}
     for line in rollouts_path.read_text().splitlines():
         if line.strip():
             rec = json.loads(line)
+            if rec["task_id"] in exclude:
+                continue
             by_task.setdefault(rec["task_id"], {}).setdefault(rec["metadata"]["step"], []).append(rec["reward"])
     pairs = []
     for steps in by_task.values():
@@ -80,7 +82,8 @@ def summarize(run: str | Path, headline=None) -> dict:
         "rl_steps": len(metrics),
         "rl_updates": sum(1 for m in metrics if "loss" in m),
         "rl_train_accuracy_by_step": [m["accuracy"] for m in metrics],
-        "rl_revisited_questions": revisited_questions(run / "rl" / "rollouts.jsonl"),
+        "rl_revisited_questions": revisited_questions(
+            run / "rl" / "rollouts.jsonl", exclude=set((_load(run / "rl" / "pool.json") or {}).get("anchors", []))),
         "teacher_accuracy": get(teacher, "accuracy"),
         "tokens_per_success_ratio": (single["tokens_per_success"] / teacher["tokens_per_success"])
         if single and teacher and single["tokens_per_success"] and teacher.get("tokens_per_success") else None,
@@ -139,7 +142,7 @@ def write_report(run: str | Path) -> Path:
               f"| RL steps with an update | {summary['rl_updates']} of {summary['rl_steps']} |",
               f"| RL training accuracy, first third → last third of steps | "
               + (f"{first_last[0]:.2f} → {first_last[1]:.2f}" if first_last else "–") + " |",
-              f"| RL questions sampled at 2+ steps: accuracy at their first → last step | "
+              f"| RL pool questions sampled at 2+ steps: accuracy at their first → last step | "
               + (f"{rv['first']:.2f} → {rv['last']:.2f} ({rv['questions']} questions)" if rv else "–") + " |",
               f"| multi-agent teacher accuracy on the same held-out tasks | {_fmt(summary['teacher_accuracy'], 2)} |",
               f"| tokens per success: single model / teacher | {_fmt(summary['single_tokens_per_success'], 0)} / "
@@ -162,7 +165,9 @@ def write_report(run: str | Path) -> Path:
         sampled = sum(x["sampled_groups"] for x in m)
         pool = (f" on a pool of {rl['pool']} of {rl.get('pool_candidates', '?')} candidates screened by pass rate "
                 f"{rl.get('pool_histogram', {})}" + (" (too few mixed: all candidates used)" if rl.get("pool_fallback") else ""))
-        rows.append(("rl", f"{len(m)} DAPO steps{pool}; {kept}/{sampled} groups kept by dynamic sampling", rl["seconds"]))
+        anchors = f", {rl['anchors']} always-solved anchors" if rl.get("anchors") else ""
+        rows.append(("rl", f"{len(m)} DAPO steps{pool}{anchors}; {kept}/{sampled} groups kept by dynamic sampling "
+                     f"(screening took {_fmt(rl.get('pool_seconds'), 0)} s)", rl["seconds"]))
     if ev:
         rows.append(("eval", f"base, SFT, RL single models on {sum(v['tasks'] for v in ev.get('base', {}).values())} "
                      "held-out tasks; the teacher on the headline ones", ev["seconds"]))
@@ -170,12 +175,14 @@ def write_report(run: str | Path) -> Path:
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     if rl and rl["metrics"]:
         lines += ["", "## RL, step by step", "",
-                  "| step | train accuracy | kept / sampled groups | clip fraction | response tokens | tool calls / rollout | seconds |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| step | train accuracy (pool) | anchor accuracy (kept groups) | kept / sampled groups | clip fraction "
+                  "| response tokens | tool calls / rollout | seconds (sampling) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for x in rl["metrics"]:
-            lines.append(f"| {x['step']} | {_fmt(x['accuracy'], 2)} | {x['kept_groups']} / {x['sampled_groups']} | "
+            anchor = (f"{_fmt(x['anchor_accuracy'], 2)} ({x['anchor_groups_kept']})" if x.get("anchor_groups") else "–")
+            lines.append(f"| {x['step']} | {_fmt(x['accuracy'], 2)} | {anchor} | {x['kept_groups']} / {x['sampled_groups']} | "
                          f"{_fmt(x.get('clip_frac'), 3)} | {_fmt(x.get('response_len_sampled'), 0)} | "
-                         f"{_fmt(x['tool_calls_per_rollout'], 2)} | {x['seconds']} |")
+                         f"{_fmt(x['tool_calls_per_rollout'], 2)} | {x['seconds']} ({_fmt(x.get('sample_seconds'), 0)}) |")
     if ev:
         lines += ["", "## Evaluation (held-out tasks)", "",
                   "| model | benchmark | tasks | accuracy | answered | format valid | tokens/sample | tokens/success | tool calls/success |",

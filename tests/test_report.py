@@ -19,6 +19,8 @@ def test_revisited_questions_pairs_first_and_last_step_of_each_question(tmp_path
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
     got = revisited_questions(path)
     assert got == {"questions": 2, "first": (0.5 + 0.0) / 2, "last": (1.0 + 0.5) / 2}
+    # anchors (questions sampled beside the pool) are left out of the pool's figure
+    assert revisited_questions(path, exclude={"b"}) == {"questions": 1, "first": 0.5, "last": 1.0}
 
 
 def test_revisited_questions_without_pairs_or_file(tmp_path):

@@ -5,11 +5,43 @@ import pytest
 
 from coa_lab.config import get_preset
 from coa_lab.llm import Generation
-from coa_lab.rl.pool import keep_by_pass_rate, select_pool
+from coa_lab.rl.pool import anchor_stream, keep_by_pass_rate, select_pool, template_of
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 
 TASKS = [Task(f"t{i}", f"What is {i} + {i}?", [str(2 * i)], "test", "math", {}) for i in range(1, 5)]
+
+
+def _arith(i, expression):
+    return Task(f"a{i}", f"q{i}", ["1"], "arith", "math", {"family": "arith", "level": 2, "expression": expression})
+
+
+def test_template_of_names_the_question_kind_not_its_numbers():
+    assert template_of(_arith(1, "5551 - 254 + 856")) == template_of(_arith(2, "6985 - 555 + 556")) == "arith:n - n + n"
+    assert template_of(_arith(3, "57 * 42 + 76 * 9")) == "arith:n * n + n * n"
+    lookup = Task("l1", "When did X die?", ["1960"], "lookup", "mhqa", {"family": "lookup", "relation": "date of death"})
+    assert template_of(lookup) == "lookup:date of death"
+    assert template_of(TASKS[0]) == "test"  # no metadata: its source
+
+
+def test_anchor_stream_visits_every_template_before_repeating_one():
+    anchors = [_arith(i, "1 + 2") for i in range(5)] + [_arith(10, "3 - 1 + 2"), _arith(11, "4 * 5 - 6")]
+    by_id = {a.id: a for a in anchors}
+    stream = anchor_stream(anchors, seed=3)
+    first = [template_of(next(stream)) for _ in range(3)]
+    assert sorted(first) == ["arith:n * n - n", "arith:n + n", "arith:n - n + n"]  # one of each kind first
+    rest = [next(stream).id for _ in range(4)]  # then the four "n + n" anchors not yet drawn
+    assert len(set(rest)) == 4 and {template_of(by_id[r]) for r in rest} == {"arith:n + n"}
+    again = [next(stream).id for _ in range(7)]  # the next pass holds every anchor once more
+    assert sorted(again) == sorted(by_id)
+    assert [a.id for a in _take(anchor_stream(anchors, seed=3), 14)] == \
+        [a.id for a in _take(anchor_stream(anchors, seed=3), 14)]  # seeded: reproducible
+    with pytest.raises(ValueError):
+        next(anchor_stream([], seed=0))
+
+
+def _take(stream, n):
+    return [next(stream) for _ in range(n)]
 
 
 def test_keep_by_pass_rate_drops_never_and_always_solved():

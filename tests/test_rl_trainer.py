@@ -52,6 +52,33 @@ def test_dynamic_sampling_keeps_only_groups_with_mixed_accuracy(model_and_tok):
     assert all(sorted(r) == [0.0, 1.0] for r in rewards)
 
 
+class SolvesThreePlusThree(Alternating):
+    """Always right on "What is 3 + 3?" (an anchor the policy still solves), and answers the
+    other questions outputs[i % len(outputs)] as Alternating does."""
+
+    def generate(self, prompts, max_new_tokens, temperature=0.0, top_p=1.0, stop=()):
+        out = super().generate(prompts, max_new_tokens, temperature, top_p, stop)
+        for i, p in enumerate(prompts):
+            if "What is 3 + 3?" in self.tokenizer.decode(p):
+                ids = self.tokenizer("<answer>\\boxed{6}</answer>", add_special_tokens=False)["input_ids"]
+                out[i] = Generation(ids, self.tokenizer.decode(ids), "stop", len(p))
+        return out
+
+
+def test_anchor_groups_enter_the_batch_only_when_the_policy_fails_them(model_and_tok):
+    _, tok = model_and_tok
+    preset = get_preset("cpu-smoke", rl={"prompts_per_step": 1, "group_size": 2, "max_sampling_rounds": 1,
+                                         "anchors_per_step": 2})
+    policy = SolvesThreePlusThree(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{0}</answer>"])
+    # pool: t1 (gold 2) -> right, wrong: informative. Anchors: t3 always solved -> dropped;
+    # t1 as an anchor -> half wrong, as if the policy had drifted -> kept.
+    groups, _, stats = collect_batch(policy, iter([TASKS[0]]), build_tools(["code"]), preset,
+                                     anchor_iter=iter([TASKS[2], TASKS[0]]))
+    assert [g[0].task.id for g in groups] == ["t1", "t1"]
+    assert stats["rounds"] == 1 and stats["sampled_groups"] == 3
+    assert stats["anchor_groups"] == 2 and stats["anchor_groups_kept"] == 1 and stats["anchor_solved"] == 3
+
+
 def test_score_rollouts_shapes_but_accuracy_stays_binary(model_and_tok):
     _, tok = model_and_tok
     long_answer = "<think>" + "a " * 120 + "</think><answer>\\boxed{2}</answer>"
@@ -89,6 +116,18 @@ def test_train_rl_logs_steps_and_saves_adapter(tmp_path):
     assert all(r["kept_groups"] == 1 and r["accuracy"] == 0.5 and "loss" in r for r in rows)
     assert (result.adapter_dir / "adapter_config.json").exists()
     assert len(load_records(tmp_path / "rollouts.jsonl")) == 2 * 2  # 2 steps x group of 2
+
+
+def test_train_rl_reports_pool_accuracy_apart_from_anchors(tmp_path):
+    preset = get_preset("cpu-smoke", rl={"steps": 1, "prompts_per_step": 1, "group_size": 2,
+                                         "max_sampling_rounds": 0, "anchors_per_step": 1})
+    factory = lambda model, tok: SolvesThreePlusThree(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])  # noqa: E731
+    result = train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory,
+                      anchors=[TASKS[2]])
+    row = result.metrics[0]
+    assert row["accuracy"] == 0.5 and row["anchor_accuracy"] == 1.0  # not 0.75 over all 4 rollouts
+    assert row["anchor_groups"] == 1 and row["anchor_groups_kept"] == 0 and row["kept_groups"] == 1
+    assert len(load_records(tmp_path / "rollouts.jsonl")) == 4  # anchors' samples are kept to inspect too
 
 
 def test_interrupted_rl_keeps_the_last_finished_step(tmp_path):

@@ -10,6 +10,9 @@ makes most groups informative (docs: small-scale-learning.md).
 
 from __future__ import annotations
 
+import random
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from coa_lab import protocol
@@ -51,3 +54,34 @@ def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_p
     for p in rates:
         histogram[f"{round(p * samples)}/{samples}"] += 1
     return kept, PoolReport(len(candidates), samples, len(kept), {t.id: p for t, p in zip(candidates, rates)}, histogram)
+
+
+def template_of(task) -> str:
+    """The kind of question a task is, for spreading anchors over kinds: an arithmetic task's
+    expression shape ("n * n - n + n" is the farm story), a look-up's relation, else its source."""
+    meta = task.metadata or {}
+    if meta.get("expression"):
+        return f"{meta.get('family', task.source)}:{re.sub(r'[0-9]+', 'n', meta['expression'])}"
+    if meta.get("relation"):
+        return f"{meta.get('family', task.source)}:{meta['relation']}"
+    return task.source
+
+
+def anchor_stream(anchors: list, seed: int = 0) -> Iterator:
+    """Anchors forever, round-robin over their templates (each pass reshuffled), so every kind of
+    question the SFT model already solves is re-checked every few steps. Drift seen on the demo
+    is template-wide: RL's "Only hens lay eggs" on farm questions became "Only code this way:"
+    on warehouse questions the pool never held."""
+    if not anchors:
+        raise ValueError("anchor_stream needs at least one anchor")
+    rng = random.Random(seed)
+    by_template: dict[str, list] = {}
+    for t in anchors:
+        by_template.setdefault(template_of(t), []).append(t)
+    while True:
+        queues = [rng.sample(ts, len(ts)) for ts in by_template.values()]
+        rng.shuffle(queues)
+        while any(queues):
+            for q in queues:
+                if q:
+                    yield q.pop()

@@ -28,6 +28,7 @@ from coa_lab import protocol
 from coa_lab.agents.coa_runner import Rollout, run_coa
 from coa_lab.config import Preset
 from coa_lab.rl import dapo
+from coa_lab.rl.pool import anchor_stream
 from coa_lab.tasks.scorers import reward as task_reward
 from coa_lab.trajectories import TrajectoryRecord, save_records
 
@@ -49,22 +50,29 @@ def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int) -> tuple[
     return base, [b + s for b, s in zip(base, shaping)]
 
 
-def collect_batch(generator, pool_iter, tools, preset: Preset) -> tuple[list[list[Rollout]], list[list[float]], dict]:
+def collect_batch(generator, pool_iter, tools, preset: Preset,
+                  anchor_iter=None) -> tuple[list[list[Rollout]], list[list[float]], dict]:
     """Sample groups until `prompts_per_step` informative groups are collected (or rounds run out).
 
     Dynamic sampling looks at ACCURACY, as DAPO does: a group whose answers are all right or
     all wrong teaches nothing about correctness, even if length shaping makes rewards differ.
+    The first round also samples `anchors_per_step` anchor questions (ones the SFT policy
+    always solved): an anchor group only enters the batch if the policy has started to fail it.
     """
     import torch
 
     rl, gen = preset.rl, preset.gen
     groups, rewards, stats = [], [], {"sampled_groups": 0, "sampled_rollouts": 0, "raw_reward_sum": 0.0,
-                                      "solved": 0, "tool_calls": 0, "rounds": 0, "samples": []}
+                                      "solved": 0, "tool_calls": 0, "rounds": 0, "samples": [],
+                                      "anchor_groups": 0, "anchor_groups_kept": 0, "anchor_solved": 0}
     for round_ in range(rl.max_sampling_rounds + 1):
         need = rl.prompts_per_step - len(groups)
         if need <= 0:
             break
         tasks = [next(pool_iter) for _ in range(need)]
+        n_anchors = rl.anchors_per_step if (round_ == 0 and anchor_iter is not None) else 0
+        tasks += [next(anchor_iter) for _ in range(n_anchors)]
+        need = len(tasks)
         rollouts = run_coa(generator, tasks, tools, gen, samples=rl.group_size, temperature=rl.temperature)
         accuracy, scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer)
         stats["rounds"] = round_ + 1
@@ -76,7 +84,12 @@ def collect_batch(generator, pool_iter, tools, preset: Preset) -> tuple[list[lis
         stats["samples"] += list(zip(rollouts, accuracy, scores))
         for g in range(need):
             window = slice(g * rl.group_size, (g + 1) * rl.group_size)
-            if not rl.dynamic_sampling or bool(dapo.informative_groups(torch.tensor([accuracy[window]]))[0]):
+            keep = not rl.dynamic_sampling or bool(dapo.informative_groups(torch.tensor([accuracy[window]]))[0])
+            if g >= need - n_anchors:
+                stats["anchor_groups"] += 1
+                stats["anchor_groups_kept"] += keep
+                stats["anchor_solved"] += sum(a == 1.0 for a in accuracy[window])
+            if keep:
                 groups.append(rollouts[window])
                 rewards.append(scores[window])
         if not rl.dynamic_sampling:
@@ -167,8 +180,9 @@ def _vllm_sampler(preset: Preset, tokenizer, adapter):
 
 
 def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adapter: str | Path | None = None,
-             generator_factory=None) -> RLResult:
-    """Run `preset.rl.steps` DAPO steps from `adapter` (the SFT output) on `train_tasks`."""
+             generator_factory=None, anchors: list | None = None) -> RLResult:
+    """Run `preset.rl.steps` DAPO steps from `adapter` (the SFT output) on `train_tasks`;
+    `anchors` (questions the SFT policy always solved) are sampled beside them, see collect_batch."""
     import torch
 
     from coa_lab.llm import HFGenerator
@@ -193,29 +207,37 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     if not pool:
         raise ValueError("RL needs training tasks; the pool is empty")
 
-    def cycle():
+    def cycle(items):
         while True:
-            random.shuffle(pool)
-            yield from pool
+            random.shuffle(items)
+            yield from items
 
-    pool_iter = cycle()
+    pool_iter = cycle(pool)
+    anchor_iter = anchor_stream(list(anchors), preset.seed) if anchors and rl.anchors_per_step > 0 else None
     metrics_path = out_dir / "metrics.jsonl"
     adapter_dir = out_dir / "adapter"
     metrics, sampled = [], []
     with open(metrics_path, "w") as log:
         for step in range(rl.steps):
             t0 = time.time()
-            groups, rewards, s = collect_batch(generator, pool_iter, tools, preset)
+            groups, rewards, s = collect_batch(generator, pool_iter, tools, preset, anchor_iter)
+            sample_seconds = round(time.time() - t0, 1)
             samples = s.pop("samples")
             sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(samples)]
             row = {
                 "step": step,
                 "reward_mean": s["raw_reward_sum"] / max(1, s["sampled_rollouts"]),
-                "accuracy": s["solved"] / max(1, s["sampled_rollouts"]),
+                # the pool's questions only (anchors are reported on their own below)
+                "accuracy": (s["solved"] - s["anchor_solved"])
+                / max(1, s["sampled_rollouts"] - s["anchor_groups"] * rl.group_size),
                 "kept_groups": len(groups),
                 "sampled_groups": s["sampled_groups"],
                 "sampling_rounds": s["rounds"],
                 "tool_calls_per_rollout": s["tool_calls"] / max(1, s["sampled_rollouts"]),
+                "anchor_groups": s["anchor_groups"],
+                "anchor_groups_kept": s["anchor_groups_kept"],
+                # the anchors' sampled accuracy: a drop is drift away from what SFT did well
+                "anchor_accuracy": s["anchor_solved"] / max(1, s["anchor_groups"] * rl.group_size),
                 # every sampled rollout's length (policy + observation tokens): the curve DAPO's
                 # overlong shaping acts on
                 "response_len_sampled": sum(len(r.response_ids) for r, _, _ in samples) / max(1, len(samples)),
@@ -230,6 +252,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             else:
                 row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
             row["seconds"] = round(time.time() - t0, 1)
+            row["sample_seconds"] = sample_seconds  # the rest of `seconds` is the update (and saving)
             metrics.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
