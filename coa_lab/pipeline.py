@@ -188,20 +188,25 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     t0 = time.time()
     groups = by_benchmark(draw_tasks(preset, preset.eval.tasks, "eval"), preset.eval.tasks)
     tools = make_tools(preset)
-    out = {}
+    out, seconds = {}, {}  # seconds per evaluated system: where the stage's time goes
     for label in which:
         adapter = None if label == "base" else run / label / "adapter"
         if adapter is not None and not adapter.exists():
             continue
+        t1 = time.time()
         result = evaluate(make_generator(preset, adapter), groups, tools, preset, label=label)
         save_eval(result, run / "eval")
         out[label] = result.summary()
+        seconds[label] = round(time.time() - t1, 1)
     if preset.eval.teacher:
+        t1 = time.time()
         headline = [t for key in preset.eval.headline for t in groups.get(key, [])]
         backend = make_generator(preset, model_name=preset.capture.teacher_model)
         runs = run_teacher(backend, headline, tools, preset.capture, preset.gen.observation_chars)
         save_runs(runs, run / "eval" / "teacher_runs.jsonl")
         out["teacher"] = teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})
+        seconds["teacher"] = round(time.time() - t1, 1)
+    out["seconds_by_system"] = seconds
     out["seconds"] = round(time.time() - t0, 1)
     _write_json(run / "eval" / "summary.json", out)
     return out

@@ -91,7 +91,8 @@ def summarize(run: str | Path, headline=None) -> dict:
         "teacher_tokens_per_success": get(teacher, "tokens_per_success"),
         "eval_tasks": get(pooled["base"] or single, "tasks"),
         "seconds": get(timing, "total_seconds"),
-        "stage_seconds": {k: v for k, v in (timing or {}).items() if k != "total_seconds"},
+        "stage_seconds": {k: v for k, v in (timing or {}).items()
+                          if k != "total_seconds" and isinstance(v, (int, float))},  # not the machine's peaks
     }
 
 
@@ -170,7 +171,9 @@ def write_report(run: str | Path) -> Path:
                      f"(screening took {_fmt(rl.get('pool_seconds'), 0)} s)", rl["seconds"]))
     if ev:
         rows.append(("eval", f"base, SFT, RL single models on {sum(v['tasks'] for v in ev.get('base', {}).values())} "
-                     "held-out tasks; the teacher on the headline ones", ev["seconds"]))
+                     "held-out tasks; the teacher on the headline ones"
+                     + (" (seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in ev["seconds_by_system"].items()) + ")"
+                        if ev.get("seconds_by_system") else ""), ev["seconds"]))
     lines += ["## Stages", "", "| stage | key figures | seconds |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     if rl and rl["metrics"]:

@@ -76,6 +76,10 @@ def test_eval_compares_three_models_and_the_teacher(run_dir):
             assert s["tasks"] == n and 0 <= s["accuracy"] <= 1 and 0 <= s["format_valid"] <= 1
     teacher = summary["teacher"]
     assert teacher["all"]["runs"] == 4 and teacher["all"]["tokens_per_task"] > 0  # the headline tasks only
+    # where the stage's time went, one figure per evaluated system, shown in the report
+    assert set(summary["seconds_by_system"]) == {"base", "sft", "rl", "teacher"}
+    assert sum(summary["seconds_by_system"].values()) <= summary["seconds"] + 1
+    assert "(seconds: base " in (run_dir / "report.md").read_text()
 
 
 def test_summary_json_has_the_headline_figures(run_dir):

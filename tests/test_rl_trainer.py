@@ -10,6 +10,7 @@ from coa_lab.agents.coa_runner import run_coa
 from coa_lab.config import get_preset
 from coa_lab.llm import Generation
 from coa_lab.models import load_model
+from coa_lab.rl import dapo
 from coa_lab.rl.trainer import collect_batch, policy_update, score_rollouts, train_rl
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
@@ -105,6 +106,27 @@ def test_policy_update_moves_only_lora_weights(model_and_tok):
     changed = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p, lora[n])]
     assert changed
     assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+
+
+def test_old_logprobs_are_computed_only_for_the_mini_batches_after_the_first(model_and_tok, monkeypatch):
+    # the first mini-batch trains before any weight moves: its own forward is the old policy
+    model, tok = model_and_tok
+    preset = get_preset("cpu-smoke", rl={"mini_batches": 2})
+    gen = Alternating(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])
+    rollouts = run_coa(gen, [TASKS[0]], build_tools(["code"]), preset.gen, samples=4)
+    calls = []
+    real = dapo.token_logprobs
+
+    def counting(model_, ids, attention, start=1):
+        calls.append((torch.is_grad_enabled(), ids.shape[0]))
+        return real(model_, ids, attention, start)
+
+    monkeypatch.setattr(dapo, "token_logprobs", counting)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    stats = policy_update(model, opt, [rollouts], [[1.0, 0.0, 1.0, 0.0]], preset, tok.pad_token_id)
+    assert sum(n for grad, n in calls if not grad) == 2  # old log-probs: the second mini-batch only
+    assert sum(n for grad, n in calls if grad) == 4  # every rollout trained once
+    assert torch.isfinite(torch.tensor(stats["loss"]))
 
 
 def test_train_rl_logs_steps_and_saves_adapter(tmp_path):

@@ -8,7 +8,7 @@ One step:
 3. dynamic sampling: drop groups with all-equal rewards, draw fresh prompts to refill
    (up to `max_sampling_rounds` extra draws);
 4. GRPO advantages within each group;
-5. old log-probs once, then `mini_batches` optimizer steps with the clip-higher,
+5. old log-probs (for the mini-batches after the first), then `mini_batches` optimizer steps with the clip-higher,
    token-level loss. Mask = policy tokens only (prompt, observations, padding and, with
    overlong filtering, truncated samples get 0).
 
@@ -132,16 +132,24 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     input_ids, loss_mask = _pad(ids, pad_id).to(device), _pad(masks, 0).to(device)
     attention = _pad([[1] * len(x) for x in ids], 0).to(device)
     start = min(len(r.prompt_ids) for r in flat)  # no prompt token is in the loss: skip their logits
-    model.eval()  # no dropout: old and new log-probs must come from the same function
-    with torch.no_grad(), compute():
-        old = torch.cat([dapo.token_logprobs(model, input_ids[i : i + 4], attention[i : i + 4], start)
-                         for i in range(0, len(flat), 4)])
-    model.train()  # gradient checkpointing (GPU presets) is only active in train mode
     order = list(range(len(flat)))
     random.shuffle(order)
     size = max(1, len(order) // rl.mini_batches)
+    mini_batches = [order[i : i + size] for i in range(0, len(order), size)]
+    # Old log-probs: the first mini-batch is trained before any update, so its own forward IS the
+    # sampling policy's (its ratio is exactly 1, detached below); only the later mini-batches
+    # need a no-grad pass now, before the weights move. Saves one forward over 1/mini_batches
+    # of the batch (the whole old-log-prob pass at mini_batches=1).
+    old = torch.zeros(input_ids.shape, dtype=torch.float32, device=device)
+    later = [i for mb in mini_batches[1:] for i in mb]
+    model.eval()  # no dropout: old and new log-probs must come from the same function
+    with torch.no_grad(), compute():
+        for j in range(0, len(later), 4):
+            sub = torch.tensor(later[j : j + 4], device=device)
+            old[sub] = dapo.token_logprobs(model, input_ids[sub], attention[sub], start).float()
+    model.train()  # gradient checkpointing (GPU presets) is only active in train mode
     stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "ratio_mean": [], "approx_kl": []}
-    for mb in [order[i : i + size] for i in range(0, len(order), size)]:
+    for n_mb, mb in enumerate(mini_batches):
         idx = torch.tensor(mb, device=device)
         n_tokens = float(loss_mask[idx].sum().clamp(min=1))
         optimizer.zero_grad()
@@ -149,7 +157,8 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
             sub = idx[j : j + 4]
             with compute():
                 logp = dapo.token_logprobs(model, input_ids[sub], attention[sub], start)
-            loss, st = dapo.dapo_token_loss(logp, old[sub], adv.to(device)[sub], loss_mask[sub],
+            old_sub = logp.detach().float() if n_mb == 0 else old[sub]
+            loss, st = dapo.dapo_token_loss(logp, old_sub, adv.to(device)[sub], loss_mask[sub],
                                             rl.clip_low, rl.clip_high, n_tokens=n_tokens)
             loss.backward()
             stats["loss"].append(float(loss.detach()))
