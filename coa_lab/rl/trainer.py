@@ -8,9 +8,9 @@ One step:
 3. dynamic sampling: drop groups with all-equal rewards, draw fresh prompts to refill
    (up to `max_sampling_rounds` extra draws);
 4. GRPO advantages within each group;
-5. old log-probs (for the mini-batches after the first), then `mini_batches` optimizer steps with the clip-higher,
-   token-level loss. Mask = policy tokens only (prompt, observations, padding and, with
-   overlong filtering, truncated samples get 0).
+5. old log-probs (for the mini-batches after the first), then `mini_batches` optimizer
+   steps with the clip-higher, token-level loss. Mask = policy tokens only (prompt,
+   observations, padding and, with overlong filtering, truncated samples get 0).
 
 Simplifications, on purpose: no KL term and no critic (as DAPO); one pass over each batch;
 sampling and training share one process (on GPU the vLLM generator swaps in the adapter).
