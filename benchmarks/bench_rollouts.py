@@ -24,13 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from results import demo_adapter, save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab.agents.coa_runner import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.llm import Generation, HFGenerator  # noqa: E402
 from coa_lab.models import compute_context, load_model  # noqa: E402
-from coa_lab.paths import runs_dir  # noqa: E402
 from coa_lab.pipeline import draw_tasks, machine_peak, make_tools  # noqa: E402
 
 
@@ -90,9 +89,7 @@ def main() -> int:
     ap.add_argument("--preset", default="cpu-tiny")
     args = ap.parse_args()
     preset = get_preset(args.preset)
-    adapter = args.adapter
-    if adapter is None and (runs_dir() / "demo" / "sft" / "adapter" / "adapter_config.json").exists():
-        adapter = runs_dir() / "demo" / "sft" / "adapter"
+    adapter = demo_adapter(args.adapter)
     model, tok = load_model(preset.model, adapter=adapter)
     compute = lambda: compute_context(model, preset.model)  # noqa: E731
     tasks = draw_tasks(preset, {"math/arith": args.tasks}, "eval")

@@ -1,4 +1,5 @@
-"""Where the benchmarks write what they measured: runs/bench/<name>.json (under COA_LAB_RUNS if set)."""
+"""What the benchmarks share: where they write what they measured (runs/bench/<name>.json,
+under COA_LAB_RUNS if set) and which of the demo's outputs they reuse."""
 
 from __future__ import annotations
 
@@ -15,3 +16,12 @@ def save(name: str, result: dict) -> Path:
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
     return out
+
+
+def demo_adapter(explicit: Path | None) -> Path | None:
+    """The adapter to roll out with: the one given, else the demo's SFT adapter when
+    `make demo` has written it (an SFT policy calls tools, so rollouts have several turns)."""
+    default = runs_dir() / "demo" / "sft" / "adapter"
+    if explicit is None and (default / "adapter_config.json").exists():
+        return default
+    return explicit

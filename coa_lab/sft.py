@@ -8,7 +8,9 @@ release's issue #15). RL reuses the same span logic through the rollout masks.
 
 Training itself is transformers' Trainer on the pre-tokenized (input_ids, labels) rows, with
 a LoRA (CPU, one GPU) or the full model (multi-node preset, under `accelerate launch` with
-DeepSpeed/FSDP). Why not TRL's SFTTrainer: in TRL 1.15 its loss always goes through a fused
+DeepSpeed/FSDP). Each batch is packed into one row (`pack_batch`, coa_lab/packing.py): the
+examples' shared system instruction is computed once and no padding at all; the loss equals
+the padded batch's (tests/test_sft_loss.py). Why not TRL's SFTTrainer: in TRL 1.15 its loss always goes through a fused
 LM head built on Triton kernels (trl/trainer/utils.py), which CPU builds of torch lack, so
 it cannot run the laptop demo; the plain Trainer runs the same code on CPU and GPU.
 """
@@ -61,6 +63,42 @@ def pad_batch(rows: list[dict], pad_id: int) -> dict:
     return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "attention_mask": torch.tensor(attn)}
 
 
+def pack_batch(rows: list[dict], pad_id: int) -> dict:
+    """One packed row for a batch (coa_lab/packing.py): examples that share a prompt prefix
+    (the system instruction) compute it once, and no padding is computed. `labels` stay per
+    example ([n, L], right-padded with -100) so the Trainer counts them as it does for
+    `pad_batch`; `packed_index[i, t]` is the packed column of token t of example i."""
+    import torch
+
+    from coa_lab import packing
+
+    packed = packing.pack([[r["input_ids"] for r in rows]], pad_id)
+    width = max(len(r["input_ids"]) for r in rows)
+    labels = [r["labels"] + [IGNORE_INDEX] * (width - len(r["labels"])) for r in rows]
+    index = [cols.tolist() + [-1] * (width - len(cols)) for cols in packed.index]
+    return {"input_ids": packed.input_ids, "position_ids": packed.position_ids, "allowed": packed.allowed,
+            "labels": torch.tensor(labels), "packed_index": torch.tensor(index)}
+
+
+def _packed_lm_loss(model, batch: dict):
+    """Summed next-token cross-entropy of a `pack_batch` batch: target (i, t) is predicted at
+    the packed column of token t-1 of example i; the LM head runs only on those columns."""
+    import torch
+
+    from coa_lab import packing
+
+    labels, index = batch["labels"], batch["packed_index"]
+    wanted = labels[:, 1:] != IGNORE_INDEX  # [n, L-1]
+    columns = index[:, :-1][wanted]
+    cols = [row[row >= 0] for row in index.cpu()]
+    inputs = packing.model_inputs(model, batch["input_ids"], batch["position_ids"], batch["allowed"],
+                                  packing.segments(cols, [0] * len(cols), 1))
+    if not len(columns):
+        return model(**inputs, logits_to_keep=1).logits.sum() * 0.0  # keeps the graph for backward
+    logits = packing.logits_at(model, inputs, torch.zeros_like(columns), columns)
+    return torch.nn.functional.cross_entropy(logits.float(), labels[:, 1:][wanted].to(logits.device), reduction="sum")
+
+
 def masked_lm_loss(model, batch: dict, num_items_in_batch=None):
     """Next-token cross-entropy over the labelled tokens only, with the LM head run only from
     the first labelled position on (`logits_to_keep`): prompt positions carry no label, so
@@ -68,20 +106,34 @@ def masked_lm_loss(model, batch: dict, num_items_in_batch=None):
     gain, benchmarks/bench_sft.py; the saving is memory, larger at long prompts and big
     vocabularies.) Summed and divided by
     `num_items_in_batch` when the Trainer counts labels across accumulation steps, else the
-    mean over this batch's labels -- what transformers' own causal-LM loss computes."""
+    mean over this batch's labels -- what transformers' own causal-LM loss computes. Takes a
+    padded batch (`pad_batch`) or a packed one (`pack_batch`): the same loss either way."""
     import torch
 
     labels = batch["labels"]
-    labelled = (labels != IGNORE_INDEX).any(dim=0).nonzero()
-    length = labels.shape[1]
-    start = max(1, int(labelled[0])) if len(labelled) else length - 1  # first position with a label
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
-    logits = model(**inputs, logits_to_keep=length - start + 1).logits[:, :-1]  # predicts start..L-1
-    loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels[:, start:],
-                                             ignore_index=IGNORE_INDEX, reduction="sum")
+    if "packed_index" in batch:
+        loss = _packed_lm_loss(model, batch)
+    else:
+        labelled = (labels != IGNORE_INDEX).any(dim=0).nonzero()
+        length = labels.shape[1]
+        start = max(1, int(labelled[0])) if len(labelled) else length - 1  # first position with a label
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        logits = model(**inputs, logits_to_keep=length - start + 1).logits[:, :-1]  # predicts start..L-1
+        loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels[:, start:],
+                                                 ignore_index=IGNORE_INDEX, reduction="sum")
     if num_items_in_batch is None:
-        num_items_in_batch = (labels[:, start:] != IGNORE_INDEX).sum()
+        num_items_in_batch = (labels[:, 1:] != IGNORE_INDEX).sum()  # position 0 predicts nothing
     return loss / torch.as_tensor(num_items_in_batch, device=loss.device).clamp(min=1)
+
+
+def collator(model, pad_id: int):
+    """The batch builder for `model`: packed where its attention takes a 4D mask (sdpa, eager,
+    the CPU sdpa), padded otherwise (flash-attention). benchmarks/bench_sft.py measures both."""
+    from coa_lab import packing
+
+    if packing.supported(model):
+        return lambda rows: pack_batch(rows, pad_id)
+    return lambda rows: pad_batch(rows, pad_id)
 
 
 def masked_trainer():
@@ -148,7 +200,7 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         disable_tqdm=True,
     )
     trainer = masked_trainer()(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
-                      data_collator=lambda rows: pad_batch(rows, tokenizer.pad_token_id))
+                      data_collator=collator(model, tokenizer.pad_token_id))
     output = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     adapter_dir = out_dir / "adapter"

@@ -2,6 +2,7 @@
 and a full train_rl run whose rollouts come from a scripted policy (so rewards are known)."""
 
 import json
+import random
 
 import pytest
 import torch
@@ -108,25 +109,75 @@ def test_policy_update_moves_only_lora_weights(model_and_tok):
     assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
 
 
+def _two_groups(tok, preset):
+    gen = Alternating(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])
+    rollouts = run_coa(gen, TASKS[:2], build_tools(["code"]), preset.gen, samples=2)
+    return [rollouts[:2], rollouts[2:]], [[1.0, 0.0], [0.0, 1.0]]
+
+
 def test_old_logprobs_are_computed_only_for_the_mini_batches_after_the_first(model_and_tok, monkeypatch):
     # the first mini-batch trains before any weight moves: its own forward is the old policy
+    from coa_lab import packing
+
     model, tok = model_and_tok
     preset = get_preset("cpu-smoke", rl={"mini_batches": 2})
-    gen = Alternating(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])
-    rollouts = run_coa(gen, [TASKS[0]], build_tools(["code"]), preset.gen, samples=4)
+    groups, rewards = _two_groups(tok, preset)
     calls = []
-    real = dapo.token_logprobs
+    real = packing.sequence_logprobs
 
-    def counting(model_, ids, attention, start=1):
-        calls.append((torch.is_grad_enabled(), ids.shape[0]))
-        return real(model_, ids, attention, start)
+    def counting(model_, sequences, *args, **kwargs):
+        calls.append((torch.is_grad_enabled(), len(sequences)))
+        return real(model_, sequences, *args, **kwargs)
 
-    monkeypatch.setattr(dapo, "token_logprobs", counting)
+    monkeypatch.setattr(packing, "sequence_logprobs", counting)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    stats = policy_update(model, opt, [rollouts], [[1.0, 0.0, 1.0, 0.0]], preset, tok.pad_token_id)
+    stats = policy_update(model, opt, groups, rewards, preset, tok.pad_token_id)
     assert sum(n for grad, n in calls if not grad) == 2  # old log-probs: the second mini-batch only
     assert sum(n for grad, n in calls if grad) == 4  # every rollout trained once
+    assert all(n == 2 for _, n in calls)  # one group per forward: its prompt is shared
     assert torch.isfinite(torch.tensor(stats["loss"]))
+
+
+def test_packed_update_equals_padded_update(monkeypatch):
+    """The packed forward (one row per group) must leave the same weights and statistics as
+    the padded one."""
+    from coa_lab import packing
+
+    preset = get_preset("cpu-smoke", rl={"mini_batches": 2})
+    results = []
+    for use_packing in (True, False):
+        torch.manual_seed(0)  # the same LoRA initialisation
+        model, tok = load_model(preset.model, trainable=True)
+        monkeypatch.setattr(packing, "supported", lambda m, on=use_packing: on)
+        groups, rewards = _two_groups(tok, preset)
+        # SGD: Adam's first step is ~lr * sign(g), which turns float noise on near-zero gradients into lr
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+        random.seed(0)  # the same mini-batch order
+        before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
+        stats = policy_update(model, opt, groups, rewards, preset, tok.pad_token_id)
+        moved = max(float((p.detach() - b).abs().max()) for p, b in zip(
+            (p for p in model.parameters() if p.requires_grad), before))
+        assert moved > 1e-3  # far above the tolerance below: the comparison can fail
+        results.append((stats, [p.detach().clone() for p in model.parameters() if p.requires_grad]))
+    (packed_stats, packed_w), (padded_stats, padded_w) = results
+    for k in ("loss", "ratio_mean", "approx_kl"):
+        assert packed_stats[k] == pytest.approx(padded_stats[k], abs=1e-5)
+    for a, b in zip(packed_w, padded_w):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-3)
+
+
+def test_mini_batches_are_whole_groups_and_micro_batches_one_groups_rollouts():
+    from coa_lab.rl.trainer import MICRO_BATCH, _micro_batches
+
+    groups = [["a"] * 4, ["b"] * 6, ["c"] * 4]  # rollout indices 0-3, 4-9, 10-13
+    mbs = _micro_batches(groups, 2)
+    assert len(mbs) == 2
+    assert sorted(i for mb in mbs for sub in mb for i in sub) == list(range(14))
+    for mb in mbs:
+        for sub in mb:
+            assert len(sub) <= MICRO_BATCH
+            assert len({0 if i < 4 else 1 if i < 10 else 2 for i in sub}) == 1  # one group per forward
+    assert len(_micro_batches(groups[:1], 2)) == 1  # never more steps than groups
 
 
 def test_train_rl_logs_steps_and_saves_adapter(tmp_path):

@@ -64,3 +64,66 @@ def test_batch_without_labels_gives_zero_loss(tiny_llama):
     batch["labels"][:] = IGNORE_INDEX
     with torch.no_grad():
         assert float(masked_lm_loss(tiny_llama, batch)) == 0.0
+
+
+# ---------------------------------------------------------------- packed batches (sft.pack_batch)
+
+
+def _rows():
+    """Three examples: two share a 6-token prompt prefix, one has an observation span."""
+    from coa_lab.sft import IGNORE_INDEX as X
+
+    prefix = [3, 14, 15, 9, 2, 6]
+    return [
+        {"input_ids": prefix + [5, 3, 5, 8, 9, 7, 9], "labels": [X] * 8 + [5, 8, X, 7, 9]},
+        {"input_ids": prefix + [23, 38, 46, 26], "labels": [X] * 7 + [38, 46, 26]},
+        {"input_ids": [1, 4, 1, 5, 9, 2, 6, 5, 3], "labels": [X] * 4 + [9, 2, 6, 5, 3]},
+    ]
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "gqa"])
+def test_packed_loss_equals_padded_loss_and_gradients(attn):
+    """The speed path must not change what is learned: same loss, same gradients."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from coa_lab.sft import pack_batch, pad_batch
+
+    torch.manual_seed(0)
+    from coa_lab.cpu_attention import use_native_gqa
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=60, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=1,
+                                         attn_implementation="eager" if attn == "eager" else "sdpa"))
+    if attn == "gqa":  # the lab's CPU attention: the packed row runs block by block
+        assert use_native_gqa(model)
+    rows = _rows()
+    want = masked_lm_loss(model, pad_batch(rows, 0))
+    want.backward()
+    want_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    packed = pack_batch(rows, 0)
+    assert packed["input_ids"].shape == (1, 13 + 4 + 9)  # the shared prefix once, no padding
+    got = masked_lm_loss(model, packed)
+    got.backward()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for g, w in zip(_grads(model), want_grads):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+    with torch.no_grad():  # the Trainer's label count is the same for both layouts
+        torch.testing.assert_close(masked_lm_loss(model, packed, num_items_in_batch=30), want.detach() * 12 / 30)
+
+
+def test_packed_batch_without_labels_gives_zero_loss(tiny_llama):
+    from coa_lab.sft import pack_batch
+
+    rows = [{**r, "labels": [IGNORE_INDEX] * len(r["labels"])} for r in _rows()]
+    loss = masked_lm_loss(tiny_llama, pack_batch(rows, 0))
+    assert float(loss.detach()) == 0.0
+    loss.backward()  # an all-masked batch still steps without error
+
+
+def test_collator_falls_back_to_padding_without_4d_masks(tiny_llama):
+    from coa_lab.sft import collator
+
+    assert "packed_index" in collator(tiny_llama, 0)(_rows())
+    tiny_llama.config._attn_implementation = "flash_attention_2"
+    assert "attention_mask" in collator(tiny_llama, 0)(_rows())

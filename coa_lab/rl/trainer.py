@@ -10,7 +10,9 @@ One step:
 4. GRPO advantages within each group;
 5. old log-probs (for the mini-batches after the first), then `mini_batches` optimizer
    steps with the clip-higher, token-level loss. Mask = policy tokens only (prompt,
-   observations, padding and, with overlong filtering, truncated samples get 0).
+   observations, padding and, with overlong filtering, truncated samples get 0). A
+   mini-batch is whole groups, and each forward packs one group's samples in one row
+   (coa_lab/packing.py): their shared prompt is computed once, no padding at all.
 
 Simplifications, on purpose: no KL term and no critic (as DAPO); one pass over each batch;
 sampling and training share one process (on GPU the vLLM generator swaps in the adapter).
@@ -113,52 +115,89 @@ def _pad(rows: list[list[int]], value: int):
     return torch.tensor([r + [value] * (width - len(r)) for r in rows])
 
 
-def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int, compute=None) -> dict:
+MICRO_BATCH = 4  # rollouts per forward: bounds the logits of a step ([rollouts x response, V])
+
+
+def _micro_batches(groups, mini_batches: int) -> list[list[list[int]]]:
+    """Rollout indices as mini-batches (one optimizer step each) of micro-batches (one
+    forward each). Mini-batches are whole groups in shuffled order, and a micro-batch holds
+    up to MICRO_BATCH rollouts of ONE group: they share their prompt, which the packed
+    forward then computes once."""
+    starts, n = [], 0
+    for g in groups:
+        starts.append(n)
+        n += len(g)
+    order = list(range(len(groups)))
+    random.shuffle(order)
+    size = -(-len(order) // max(1, min(mini_batches, len(order))))  # ceil: at most `mini_batches` steps
+    out = []
+    for i in range(0, len(order), size):
+        micro = []
+        for g in order[i : i + size]:
+            idx = list(range(starts[g], starts[g] + len(groups[g])))
+            micro += [idx[j : j + MICRO_BATCH] for j in range(0, len(idx), MICRO_BATCH)]
+        out.append(micro)
+    return out
+
+
+def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int, compute=None,
+                  packed: bool | None = None) -> dict:
     """Old log-probs, advantages, then mini-batch steps on the DAPO loss.
 
-    compute: a context-manager factory for forward passes (bf16 autocast on CPU)."""
+    compute: a context-manager factory for forward passes (bf16 autocast on CPU).
+    packed: one packed row per micro-batch (default: wherever the model's attention allows
+    it) or padded rows (benchmarks/bench_rl_update.py compares them)."""
     import contextlib
 
     import torch
 
+    from coa_lab import packing
+
     compute = compute or contextlib.nullcontext
     rl = preset.rl
     device = next(model.parameters()).device
-    adv = dapo.group_advantages(torch.tensor(rewards, dtype=torch.float32)).flatten()  # [N]
+    adv = dapo.group_advantages(torch.tensor(rewards, dtype=torch.float32)).flatten().to(device)  # [N]
     flat = [r for g in groups for r in g]
     ids = [r.prompt_ids + r.response_ids for r in flat]
     masks = [[0] * len(r.prompt_ids) + (r.response_mask if not (rl.overlong_filter and r.truncated)
                                         else [0] * len(r.response_ids)) for r in flat]
     input_ids, loss_mask = _pad(ids, pad_id).to(device), _pad(masks, 0).to(device)
     attention = _pad([[1] * len(x) for x in ids], 0).to(device)
-    start = min(len(r.prompt_ids) for r in flat)  # no prompt token is in the loss: skip their logits
-    order = list(range(len(flat)))
-    random.shuffle(order)
-    size = max(1, len(order) // rl.mini_batches)
-    mini_batches = [order[i : i + size] for i in range(0, len(order), size)]
+    width = input_ids.shape[1]
+    packed = packing.supported(model) if packed is None else packed
+
+    def logprobs(sub: list[int]):
+        """[len(sub), width] log-probs of rollouts `sub` (one group's: they share a prompt)."""
+        if packed:  # the shared prompt once, no padding (coa_lab/packing.py)
+            return packing.sequence_logprobs(model, [ids[i] for i in sub], [list(range(len(sub)))],
+                                             [len(flat[i].prompt_ids) for i in sub], pad_id, width)
+        # padded to the micro-batch's longest; no prompt token is in the loss: skip their logits
+        t, longest = torch.tensor(sub, device=device), max(len(ids[i]) for i in sub)
+        out = dapo.token_logprobs(model, input_ids[t, :longest], attention[t, :longest],
+                                  min(len(flat[i].prompt_ids) for i in sub))
+        return torch.nn.functional.pad(out, (0, width - longest))
+
+    mini_batches = _micro_batches(groups, rl.mini_batches)
     # Old log-probs: the first mini-batch is trained before any update, so its own forward IS the
     # sampling policy's (its ratio is exactly 1, detached below); only the later mini-batches
     # need a no-grad pass now, before the weights move. Saves one forward over 1/mini_batches
     # of the batch (the whole old-log-prob pass at mini_batches=1).
     old = torch.zeros(input_ids.shape, dtype=torch.float32, device=device)
-    later = [i for mb in mini_batches[1:] for i in mb]
     model.eval()  # no dropout: old and new log-probs must come from the same function
     with torch.no_grad(), compute():
-        for j in range(0, len(later), 4):
-            sub = torch.tensor(later[j : j + 4], device=device)
-            old[sub] = dapo.token_logprobs(model, input_ids[sub], attention[sub], start).float()
+        for sub in (sub for mb in mini_batches[1:] for sub in mb):
+            old[torch.tensor(sub, device=device)] = logprobs(sub).float()
     model.train()  # gradient checkpointing (GPU presets) is only active in train mode
     stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "ratio_mean": [], "approx_kl": []}
     for n_mb, mb in enumerate(mini_batches):
-        idx = torch.tensor(mb, device=device)
-        n_tokens = float(loss_mask[idx].sum().clamp(min=1))
+        n_tokens = float(loss_mask[torch.tensor([i for sub in mb for i in sub], device=device)].sum().clamp(min=1))
         optimizer.zero_grad()
-        for j in range(0, len(mb), 4):  # micro-batches of 4 bound the [B, L, V] logits
-            sub = idx[j : j + 4]
+        for sub in mb:
+            t = torch.tensor(sub, device=device)
             with compute():
-                logp = dapo.token_logprobs(model, input_ids[sub], attention[sub], start)
-            old_sub = logp.detach().float() if n_mb == 0 else old[sub]
-            loss, st = dapo.dapo_token_loss(logp, old_sub, adv.to(device)[sub], loss_mask[sub],
+                logp = logprobs(sub)
+            old_sub = logp.detach().float() if n_mb == 0 else old[t]
+            loss, st = dapo.dapo_token_loss(logp, old_sub, adv[t], loss_mask[t],
                                             rl.clip_low, rl.clip_high, n_tokens=n_tokens)
             loss.backward()
             stats["loss"].append(float(loss.detach()))
@@ -167,7 +206,7 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         optimizer.step()
     out = {k: (sum(v) / len(v) if v else 0.0) for k, v in stats.items()}
-    out["loss"] = sum(stats["loss"]) / max(1, rl.mini_batches)
+    out["loss"] = sum(stats["loss"]) / max(1, len(mini_batches))
     out["train_tokens"] = int(loss_mask.sum())
     out["masked_observation_tokens"] = sum(len(r.response_mask) - sum(r.response_mask) for r in flat)
     return out

@@ -1,0 +1,44 @@
+"""The speed benchmarks of `make bench` run end to end at smoke size and write their ratios
+(the figures themselves are measured by `make bench`, not asserted here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench(name: str, args: list[str], runs: Path) -> dict:
+    env = {**os.environ, "COA_LAB_RUNS": str(runs), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"bench_{name}.py"), "--preset", "cpu-smoke", *args],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads((runs / "bench" / f"{name}.json").read_text())
+
+
+def test_sft_benchmark_compares_packed_and_padded(tmp_path):
+    out = _bench("sft", ["--examples", "4", "--steps", "2", "--data", "shipped"], tmp_path)
+    assert out["speedup"] > 0 and out["lab_packed"]["seconds"] > 0
+    # the two arms saw the same batches; packing never computes more positions than padding
+    assert out["packed_positions_per_token"] <= 1.0 <= out["padded_positions_per_token"]
+
+
+def test_sft_benchmark_says_what_is_missing(tmp_path):
+    env = {**os.environ, "COA_LAB_RUNS": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sft.py"), "--data", "demo"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "make demo" in done.stderr
+
+
+def test_rl_update_benchmark_gives_the_same_loss_both_ways(tmp_path):
+    out = _bench("rl_update", ["--groups", "1", "--repeats", "1"], tmp_path)
+    assert out["packed"]["loss"] == pytest.approx(out["padded"]["loss"], abs=1e-5)
+    assert out["tokens_with_prompt_once"] < out["real_tokens"]
