@@ -240,6 +240,9 @@ def run_all(preset: Preset, run: Path, log=print) -> dict:
     run = Path(run)
     run.mkdir(parents=True, exist_ok=True)
     _write_json(run / "preset.json", preset.to_dict())
+    # probed at the start and at the end: on a shared machine the peak drifts within an hour
+    # (2026-11-23: 179 -> 84 GFLOP/s between two demo runs), and a stage time means little without it
+    machine_start = machine_peak(preset)
     t0 = time.time()
     steps = [("capture", capture), ("distill", distill), ("sft", sft), ("rl", rl), ("eval", evaluate_stage)]
     summaries = {}
@@ -249,7 +252,7 @@ def run_all(preset: Preset, run: Path, log=print) -> dict:
         log(f"   {name} done in {summaries[name].get('seconds', '?')} s")
     summaries["total_seconds"] = round(time.time() - t0, 1)
     timing = {k: v.get("seconds") if isinstance(v, dict) else v for k, v in summaries.items()}
-    _write_json(run / "timing.json", {**timing, "machine": machine_peak(preset)})
+    _write_json(run / "timing.json", {**timing, "machine": machine_peak(preset), "machine_start": machine_start})
     write_summary(run, preset)
     write_report(run)
     log(f"report: {run / 'report.md'}  ({summaries['total_seconds']} s)")

@@ -124,9 +124,13 @@ def write_report(run: str | Path) -> Path:
     lines = [f"# coa-lab run report: {run.name}", "",
              f"Preset `{preset.get('name', '?')}`, model `{preset.get('model', {}).get('name', '?')}`. "
              "Every figure below was read from the files this run wrote.", ""]
+    start = timing.get("machine_start") or {}
     if machine:
+        fp32 = _fmt(machine.get('fp32_gflops'), 0)
+        if start.get("fp32_gflops"):  # the run's start -> end: how much the machine drifted under it
+            fp32 = f"{_fmt(start.get('fp32_gflops'), 0)} (start) → {fp32} (end)"
         lines += [f"Machine: {machine.get('cores', '?')} cores, measured matmul peak fp32 "
-                  f"{_fmt(machine.get('fp32_gflops'), 0)} GFLOP/s, bf16 {_fmt(machine.get('bf16_gflops'), 0)} GFLOP/s "
+                  f"{fp32} GFLOP/s, bf16 {_fmt(machine.get('bf16_gflops'), 0)} GFLOP/s "
                   f"(bf16 autocast {'on' if machine.get('bf16_autocast') else 'off'}); "
                   f"total {_fmt(timing.get('total_seconds'), 0)} s.", ""]
     n = summary["eval_tasks"]

@@ -28,3 +28,14 @@ def test_revisited_questions_without_pairs_or_file(tmp_path):
     path = tmp_path / "rollouts.jsonl"
     path.write_text(json.dumps(_rollout("a", 0, 1.0)) + "\n")
     assert revisited_questions(path) is None
+
+
+def test_report_shows_how_the_machine_drifted_during_the_run(tmp_path):
+    """Stage seconds mean little without the machine's speed; on a shared machine it moves."""
+    from coa_lab.report import write_report
+
+    machine = {"cores": 2, "fp32_gflops": 84.5, "bf16_gflops": 1.2, "bf16_autocast": False}
+    (tmp_path / "timing.json").write_text(json.dumps(
+        {"sft": 446.2, "total_seconds": 2336.9, "machine": machine, "machine_start": {**machine, "fp32_gflops": 179.2}}))
+    text = write_report(tmp_path).read_text()
+    assert "fp32 179 (start) → 84 (end) GFLOP/s" in text
