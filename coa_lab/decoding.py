@@ -132,7 +132,8 @@ def decode(
 MIN_SHARED_PREFIX = 48  # tokens; shorter common prefixes are not worth a separate forward
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists (also used by coa_lab/packing.py)."""
     n, limit = 0, min(len(a), len(b))
     while n < limit and a[n] == b[n]:
         n += 1
@@ -153,7 +154,7 @@ def shared_prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_
     nothing beats plain prefill.
     """
     n = len(prompts)
-    lcp = [_common_prefix(prompts[i], prompts[i + 1]) for i in range(n - 1)]
+    lcp = [common_prefix(prompts[i], prompts[i + 1]) for i in range(n - 1)]
 
     def split(threshold: int) -> list[tuple[int, int]]:
         groups, i = [], 0

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from coa_lab.cpu_attention import NAME as CPU_SDPA
+from coa_lab.decoding import common_prefix
 
 _MASK_KINDS = {"sdpa": "bool", CPU_SDPA: "bool", "eager": "additive"}
 
@@ -34,15 +35,6 @@ _MASK_KINDS = {"sdpa": "bool", CPU_SDPA: "bool", "eager": "additive"}
 def supported(model) -> bool:
     """Whether the model's attention takes the packed 4D mask."""
     return getattr(model.config, "_attn_implementation", None) in _MASK_KINDS
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass
@@ -125,7 +117,7 @@ def pack(rows: list[list[list[int]]], pad_id: int) -> Packed:
                 raise ValueError("pack got an empty sequence")
             share, parent = 0, None
             for tokens, columns in placed:
-                c = _common_prefix(seq, tokens)
+                c = common_prefix(seq, tokens)
                 if c > share:
                     share, parent = c, columns
             mine = list(parent[:share]) if parent else []
