@@ -97,3 +97,17 @@ def test_samples_are_grouped_per_task(tok):
     other = Task("t2", "What is 1+1?", ["2"], "test", "math", {})
     rs = run_coa(gen, [MATH, other], build_tools(["code"]), GenerationConfig(), samples=3)
     assert [r.task.id for r in rs] == ["t1"] * 3 + ["t2"] * 3
+
+
+def test_evaluate_rolls_out_every_suite_in_one_pass_and_splits_the_scores(tok):
+    from coa_lab.config import get_preset
+    from coa_lab.evaluate import evaluate
+
+    other = Task("t2", "What is 5 plus 1?", ["6"], "test", "math", {})
+    gen = Scripted(tok, ["<think>the product</think>\n<answer>\\boxed{42}</answer>"], finish=["stop"])
+    preset = get_preset("cpu-smoke")
+    result = evaluate(gen, {"a": [MATH], "b": [other, MATH]}, build_tools(["code"]), preset)
+    assert gen.calls == 1 and len(gen.seen_prompts[0]) == 3  # one batched call for both suites
+    assert result.suites["a"].tasks == 1 and result.suites["a"].accuracy == 1.0
+    assert result.suites["b"].tasks == 2 and result.suites["b"].accuracy == 0.5
+    assert [r.task_id for r in result.records] == ["t1", "t2", "t1"]

@@ -176,3 +176,19 @@ def test_a_shared_prefix_is_prefilled_once_with_the_same_greedy_output(model_tok
     gens = HFGenerator(model, tok, batch_size=4).generate(prompts, max_new_tokens=10)
     for prompt, gen in zip(prompts, gens):
         assert gen.token_ids == _hf_greedy(model, tok, prompt, 10)
+
+
+def test_prompts_beyond_one_batch_split_into_equal_chunks(model_tok):
+    """5 prompts at batch_size 4 decode as 3 + 2 rows, not 4 + 1: a step costs nearly as much
+    at 1 row as at 4 (every weight is read either way)."""
+    model, tok = model_tok
+    prompts = _prompts(tok, [f"Say the number {n}." for n in range(5)])
+    widths = []
+    hook = model.register_forward_pre_hook(lambda mod, args, kw: widths.append(kw["input_ids"].shape[0]),
+                                           with_kwargs=True)
+    try:
+        gens = HFGenerator(model, tok, batch_size=4).generate(prompts, max_new_tokens=3)
+    finally:
+        hook.remove()
+    assert all(g.token_ids for g in gens)
+    assert max(widths) == 3 and 4 not in widths, widths
