@@ -4,6 +4,7 @@
     coa-lab capture --preset cpu-smoke --run runs/try
     coa-lab sft --run runs/try --set sft.epochs=1
     coa-lab exec program.py --timeout 5          # run a file in the code sandbox
+    coa-lab serve embedded:smollm2-135m-instruct --port 8000   # OpenAI-compatible API on loopback
     coa-lab data inspect datasets/math/gsm8k/eval.jsonl
     coa-lab eval --policy gold --suite datasets/math # harness self-test: 100% expected
 """
@@ -65,6 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p = sub.add_parser("data", help="`data inspect PATH`: how the lab reads a task file")
     p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = sub.add_parser("serve", help="serve a model (or a trained adapter) as an OpenAI-compatible API")
+    p.add_argument("model", help="embedded:smollm2-135m-instruct, any HF model name or path, or an adapter folder")
+    p.add_argument("--adapter", help="a LoRA adapter folder to serve on top of MODEL")
+    p.add_argument("--name", help="the model id clients send (default: MODEL as given)")
+    p.add_argument("--host", default="127.0.0.1", help="default loopback only")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-batch", type=int, default=32, help="conversations decoded together")
+    p.add_argument("--preset", default="cpu-tiny", choices=sorted(PRESETS), help="dtype / device settings")
+    p.add_argument("--api-key-env", help="require `Authorization: Bearer $VAR` on /v1/ requests")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p = sub.add_parser("report", help="rewrite report.md and plots of a run folder")
     p.add_argument("run", type=Path)
 
@@ -85,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.suite:
             raise SystemExit("coa-lab eval --policy gold needs --suite PATH")
         return gold_main(["--suite", args.suite, "--workers", str(args.workers)])
+    if args.command == "serve":
+        from coa_lab.serve import serve_main
+
+        return serve_main(args)
     if args.command == "report":
         from coa_lab.report import write_report
 

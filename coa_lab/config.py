@@ -63,6 +63,16 @@ class CaptureConfig:
     teacher_model: str | None = None  # None: the preset's model; or any model name / path
     teacher_max_new_tokens: int = 40  # per agent call: the agents are few-shot and terse
     few_shot: int = 2  # worked examples per agent prompt (agents/worked_examples.py)
+    # A remote teacher: any OpenAI-compatible base URL (".../v1"; `coa-lab serve`, `vllm serve`,
+    # Ollama, a hosted API); teacher_model is then the model name sent. The key is read from the
+    # environment variable named here, never from the preset.
+    teacher_url: str | None = None
+    teacher_api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 8  # remote teacher: runs (and so requests) in flight at once
+    max_retries: int = 6  # remote teacher: per request, on 429 / 5xx / timeouts
+    # local teacher: tasks run in lockstep (one batched generate per agent) and flushed to
+    # traces.jsonl together; more tasks than this are split into equal batches
+    batch_tasks: int = 64
 
 
 @dataclass

@@ -63,7 +63,8 @@ def evaluate(generator, tasks_by_suite: dict[str, list], tools, preset: Preset, 
     # (it reads every weight either way), so four passes of 48, 16, 4 and 4 rows cost far more
     # than one of 72 (README "Speed")
     every = [t for tasks in tasks_by_suite.values() for t in tasks]
-    all_rollouts = run_coa(generator, every, tools, preset.gen, samples=k, temperature=temperature)
+    all_rollouts = run_coa(generator, every, tools, preset.gen, samples=k, temperature=temperature,
+                           progress=f"eval {label}")
     offset = 0
     for suite, tasks in tasks_by_suite.items():
         rollouts = all_rollouts[offset : offset + k * len(tasks)]

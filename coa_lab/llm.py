@@ -2,7 +2,7 @@
 
     gen = HFGenerator(model, tokenizer)            # CPU / any GPU: coa_lab.decoding over any HF model
     gen = VLLMGenerator(model_path)                # GPU extra: vLLM engine
-    gen = OpenAIChatBackend(base_url, model)       # any OpenAI-compatible server (teacher)
+    gen = OpenAIChatBackend(base_url, model)       # any OpenAI-compatible server (coa_lab/openai_backend.py)
 
 Rollouts work on token ids, not text: RL must train on exactly the tokens the policy
 sampled, and re-tokenizing decoded text can produce different ids at block boundaries.
@@ -10,7 +10,6 @@ sampled, and re-tokenizing decoded text can produce different ids at block bound
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -124,46 +123,6 @@ class VLLMGenerator:
     def chat(self, conversations, max_new_tokens, temperature=0.0) -> list[Generation]:
         prompts = [chat_prompt_ids(self.tokenizer, msgs) for msgs in conversations]
         return self.generate(prompts, max_new_tokens, temperature)
-
-
-class OpenAIChatBackend:
-    """Any OpenAI-compatible chat endpoint (vllm serve, Ollama, a hosted API) as a teacher.
-
-    The key is read from the environment variable named by `api_key_env` at call time and
-    is never stored on the object, printed or written into traces.
-    """
-
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 60.0):
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.api_key_env = api_key_env
-        self.timeout_s = timeout_s
-
-    def __repr__(self) -> str:  # no secrets in notebooks' reprs
-        return f"OpenAIChatBackend(base_url={self.base_url!r}, model={self.model!r})"
-
-    def chat(self, conversations: list[list[dict]], max_new_tokens: int, temperature: float = 0.0) -> list[Generation]:
-        import httpx
-
-        headers = {}
-        key = os.environ.get(self.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        results = []
-        with httpx.Client(timeout=self.timeout_s) as client:
-            for msgs in conversations:
-                resp = client.post(f"{self.base_url}/chat/completions", headers=headers, json={
-                    "model": self.model, "messages": msgs, "max_tokens": max_new_tokens, "temperature": temperature,
-                })
-                if resp.status_code != 200:
-                    raise RuntimeError(f"teacher endpoint {self.base_url} answered HTTP {resp.status_code}: {resp.text[:200]}")
-                body = resp.json()
-                usage = body.get("usage", {})
-                choice = body["choices"][0]
-                text = choice["message"]["content"] or ""
-                results.append(Generation([], text.strip(), "eos" if choice.get("finish_reason") == "stop" else "length",
-                                          int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))))
-        return results
 
 
 def make_generator(preset, adapter=None, model_name: str | None = None):

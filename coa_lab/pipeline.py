@@ -69,20 +69,27 @@ def make_tools(preset: Preset):
 # ------------------------------------------------------------------------------- stages
 
 
-def capture(preset: Preset, run: Path) -> dict:
-    from coa_lab.agents.teacher import run_teacher, save_runs
+def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
+    """The teacher on the capture tasks, appended run by run to capture/traces.jsonl; on a
+    folder that already has traces it resumes (agents/capture.py): every task exactly once."""
+    from coa_lab.agents.capture import capture_runs, make_teacher, teacher_name
     from coa_lab.evaluate import teacher_eval
 
-    t0 = time.time()
     tasks = draw_tasks(preset, preset.capture.tasks, "train")
-    backend = make_generator(preset, model_name=preset.capture.teacher_model)
-    runs = run_teacher(backend, tasks, make_tools(preset), preset.capture, preset.gen.observation_chars)
-    save_runs(runs, run / "capture" / "traces.jsonl")
+    backend = make_teacher(preset)
+    result = capture_runs(backend, tasks, make_tools(preset), preset.capture, run / "capture" / "traces.jsonl",
+                          teacher=teacher_name(preset), observation_chars=preset.gen.observation_chars,
+                          resume=resume)
+    runs = result.runs
     key_of = {t.id: key for key, ts in by_benchmark(tasks, preset.capture.tasks).items() for t in ts}
     summary = {"runs": len(runs), "activations": sum(len(r.activations) for r in runs),
-               "tool_calls": sum(r.tool_calls for r in runs), "seconds": round(time.time() - t0, 1),
-               "teacher": preset.capture.teacher_model or preset.model.name,
+               "tool_calls": sum(r.tool_calls for r in runs), "seconds": result.seconds,
+               "teacher": teacher_name(preset), "resumed": result.resumed, "captured": result.captured,
+               "failed": result.failed, "dropped_torn_line": result.dropped_torn_line,
+               # tokens, agent calls and tool calls per task and per success, overall and per benchmark
                "success": teacher_eval(runs, key_of)}
+    if hasattr(backend, "retries"):
+        summary["requests"], summary["retries"] = backend.requests, backend.retries
     _write_json(run / "capture" / "summary.json", summary)
     return summary
 
@@ -182,7 +189,7 @@ def rl(preset: Preset, run: Path) -> dict:
 def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", "sft", "rl")) -> dict:
     """Base / SFT / RL single models on the held-out mix, and the multi-agent teacher on the
     headline (learnable) tasks: the paper's cost comparison on the same tasks."""
-    from coa_lab.agents.teacher import run_teacher, save_runs
+    from coa_lab.agents.capture import capture_runs, make_teacher, teacher_name
     from coa_lab.evaluate import evaluate, save_eval, teacher_eval
 
     t0 = time.time()
@@ -201,9 +208,9 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     if preset.eval.teacher:
         t1 = time.time()
         headline = [t for key in preset.eval.headline for t in groups.get(key, [])]
-        backend = make_generator(preset, model_name=preset.capture.teacher_model)
-        runs = run_teacher(backend, headline, tools, preset.capture, preset.gen.observation_chars)
-        save_runs(runs, run / "eval" / "teacher_runs.jsonl")
+        runs = capture_runs(make_teacher(preset), headline, tools, preset.capture, run / "eval" / "teacher_runs.jsonl",
+                            teacher=teacher_name(preset), observation_chars=preset.gen.observation_chars,
+                            resume=False).runs
         out["teacher"] = teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})
         seconds["teacher"] = round(time.time() - t1, 1)
     out["seconds_by_system"] = seconds
@@ -244,7 +251,8 @@ def run_all(preset: Preset, run: Path, log=print) -> dict:
     # (2026-11-23: 179 -> 84 GFLOP/s between two demo runs), and a stage time means little without it
     machine_start = machine_peak(preset)
     t0 = time.time()
-    steps = [("capture", capture), ("distill", distill), ("sft", sft), ("rl", rl), ("eval", evaluate_stage)]
+    # the demo starts afresh; `coa-lab capture` on its own resumes an existing folder
+    steps = [("capture", lambda p, r: capture(p, r, resume=False)), ("distill", distill), ("sft", sft), ("rl", rl), ("eval", evaluate_stage)]
     summaries = {}
     for name, fn in steps:
         log(f"== {name} ({preset.name}) ...")

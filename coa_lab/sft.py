@@ -152,6 +152,31 @@ def masked_trainer():
     return MaskedLMTrainer
 
 
+def progress_callback():
+    """A tqdm.auto bar over optimizer steps with the latest loss (a widget in notebooks, a bar
+    in a terminal); the Trainer's own bar is off because it also prints every log dict."""
+    from tqdm.auto import tqdm
+    from transformers import TrainerCallback
+
+    class TqdmProgress(TrainerCallback):
+        bar = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.bar = tqdm(total=state.max_steps, desc="sft", unit="step")
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.bar.update(state.global_step - self.bar.n)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.bar is not None and logs and "loss" in logs:
+                self.bar.set_postfix(loss=f"{logs['loss']:.3f}")
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.bar.close()
+
+    return TqdmProgress()
+
+
 @dataclass
 class SFTResult:
     adapter_dir: Path
@@ -200,7 +225,10 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         disable_tqdm=True,
     )
     trainer = masked_trainer()(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
-                      data_collator=collator(model, tokenizer.pad_token_id))
+                      data_collator=collator(model, tokenizer.pad_token_id), callbacks=[progress_callback()])
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # its per-step log dicts: the bar shows the loss instead
     output = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     adapter_dir = out_dir / "adapter"

@@ -42,3 +42,9 @@ def test_rl_update_benchmark_gives_the_same_loss_both_ways(tmp_path):
     out = _bench("rl_update", ["--groups", "1", "--repeats", "1"], tmp_path)
     assert out["packed"]["loss"] == pytest.approx(out["padded"]["loss"], abs=1e-5)
     assert out["tokens_with_prompt_once"] < out["real_tokens"]
+
+
+def test_capture_benchmark_compares_concurrency_through_retries(tmp_path):
+    out = _bench("capture", ["--tasks", "8", "--concurrency", "4", "--delay", "0.05", "--fail-rate", "0.2"], tmp_path)
+    assert out["every_task_recorded"] and out["serial"]["runs"] == out["concurrent"]["runs"] == 8
+    assert out["time_ratio"] > 0 and out["concurrent"]["requests"] >= 8 * 6

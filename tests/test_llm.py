@@ -3,7 +3,8 @@ multi-turn decoder: tests/test_decoding.py.)"""
 
 import pytest
 
-from coa_lab.llm import HFGenerator, OpenAIChatBackend, chat_prompt_ids
+from coa_lab.llm import HFGenerator, chat_prompt_ids
+from coa_lab.openai_backend import OpenAIChatBackend
 from coa_lab.models import load_model, load_tokenizer
 from coa_lab.config import ModelConfig
 

@@ -48,11 +48,14 @@ def task_messages(profile: str, question: str, tools: list[str]) -> list[dict]:
 
 
 def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int = 1,
-            temperature: float | None = None) -> list[Rollout]:
+            temperature: float | None = None, progress: str | None = None) -> list[Rollout]:
     """Roll out `samples` CoA trajectories per task. Returns them grouped: task0 x samples, ...
 
     tools: a ToolRegistry; each task's profile decides which of its tools are announced.
+    progress: a label for a tqdm bar over finished rollouts (None: no bar).
     """
+    from tqdm.auto import tqdm
+
     temperature = cfg.temperature if temperature is None else temperature
     tok = generator.tokenizer
     rollouts: list[Rollout] = []
@@ -61,7 +64,8 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
         prompt = chat_prompt_ids(tok, task_messages(task.profile, task.question, names))
         rollouts.extend(Rollout(task, list(prompt)) for _ in range(samples))
     stops = protocol.stop_strings(tools.names())
-    env = _CoaTurns(rollouts, tools, cfg, tok)
+    bar = tqdm(total=len(rollouts), desc=progress, unit="rollout", leave=False, disable=progress is None)
+    env = _CoaTurns(rollouts, tools, cfg, tok, bar)
     if hasattr(generator, "multi_turn"):
         # one pass that keeps each row's KV cache across tool turns (coa_lab.decoding)
         generator.multi_turn([r.prompt_ids for r in rollouts], env.turns_ended, max_new_tokens=cfg.max_new_tokens,
@@ -80,6 +84,8 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
     for r in rollouts:
         if not r.done:
             r.finish = "max_turns"
+    bar.update(len(rollouts) - bar.n)
+    bar.close()
     return rollouts
 
 
@@ -87,8 +93,8 @@ class _CoaTurns:
     """The environment side of a rollout: record a finished turn, decide how the rollout
     goes on, run the tools it called (concurrently) and hand back the observation ids."""
 
-    def __init__(self, rollouts: list[Rollout], tools, cfg: GenerationConfig, tokenizer):
-        self.rollouts, self.tools, self.cfg, self.tok = rollouts, tools, cfg, tokenizer
+    def __init__(self, rollouts: list[Rollout], tools, cfg: GenerationConfig, tokenizer, bar=None):
+        self.rollouts, self.tools, self.cfg, self.tok, self.bar = rollouts, tools, cfg, tokenizer, bar
         self.turns = [0] * len(rollouts)
         self.seen_calls: list[set[str]] = [set() for _ in rollouts]
 
@@ -136,6 +142,8 @@ class _CoaTurns:
                 r.finish = "max_turns"
             else:
                 replies[i] = ids
+        if self.bar is not None:
+            self.bar.update(sum(1 for i, _ in events if self.rollouts[i].done))
         return [replies[i] for i, _ in events]
 
 

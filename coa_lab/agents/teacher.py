@@ -11,8 +11,11 @@ Agents, each with its own system prompt and its own context (prompts.py):
 Each agent is prompted with its instruction plus the two most similar hand-written worked
 runs as earlier chat turns (agents/worked_examples.py): the multi-agent system's prompt
 engineering, which the distilled single model no longer needs. Runs advance in lockstep,
-one agent at a time across all tasks, so each agent's turn is one batched generate call. The backend is anything with `.chat(conversations, max_new_tokens)`:
-the local HF model, vLLM, or an OpenAI-compatible server.
+one agent at a time across the tasks given, so each agent's turn is one batched generate
+call. The backend is anything with `.chat(conversations, max_new_tokens)`: the local HF
+model, vLLM, or an OpenAI-compatible server (coa_lab/openai_backend.py). Durable, resumable,
+concurrent capture over many tasks is agents/capture.py, which calls `run_teacher` on
+lockstep batches (a local model) or on one task at a time side by side (a server).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from coa_lab import prompts
 from coa_lab.agents.worked_examples import WorkedRun, nearest
 from coa_lab.config import CaptureConfig
+from coa_lab.openai_backend import AuthError, BackendError
 
 _FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.S)
 
@@ -50,6 +54,7 @@ class TeacherRun:
     answers: list[str]
     activations: list[Activation] = field(default_factory=list)
     final_answer: str = ""
+    error: str | None = None  # the backend failed for good mid-run (activations so far kept)
 
     @property
     def tokens(self) -> int:
@@ -162,17 +167,25 @@ def run_teacher(backend, tasks: list, tools, cfg: CaptureConfig, observation_cha
         obs = tools.get(act.tool)(act.tool_input)  # tools never raise: failures are observations
         act.observation, act.tool_ok = obs.text[:observation_chars], obs.ok
 
-    record(lambda r: "planner", lambda r: prompts.PLANNER, _planner_turn, lambda r: {})
-    for hop in range(cfg.max_hops):
-        record(lambda r: "thinker", lambda r: prompts.THINKER, _thinker_turn,
-               lambda r: {"plan": said[r.task_id]["planner"], "results": _results(r) if hop else ""})
-        record(lambda r: "coder" if is_code(r) else "searcher",
-               lambda r: prompts.CODER if is_code(r) else prompts.SEARCHER, _tool_turn,
-               lambda r: {"step": said[r.task_id]["thinker"], "code": is_code(r)}, after=execute)
-        record(lambda r: "reflector", lambda r: prompts.REFLECTOR, _reflector_turn, lambda r: {"results": _results(r)})
-    record(lambda r: "thinker", lambda r: prompts.THINKER, _conclude_turn, lambda r: {"results": _results(r)})
-    record(lambda r: "answerer", lambda r: prompts.ANSWERER, _answerer_turn,
-           lambda r: {"results": _results(r), "conclusion": said[r.task_id]["thinker"]})
+    try:
+        record(lambda r: "planner", lambda r: prompts.PLANNER, _planner_turn, lambda r: {})
+        for hop in range(cfg.max_hops):
+            record(lambda r: "thinker", lambda r: prompts.THINKER, _thinker_turn,
+                   lambda r: {"plan": said[r.task_id]["planner"], "results": _results(r) if hop else ""})
+            record(lambda r: "coder" if is_code(r) else "searcher",
+                   lambda r: prompts.CODER if is_code(r) else prompts.SEARCHER, _tool_turn,
+                   lambda r: {"step": said[r.task_id]["thinker"], "code": is_code(r)}, after=execute)
+            record(lambda r: "reflector", lambda r: prompts.REFLECTOR, _reflector_turn,
+                   lambda r: {"results": _results(r)})
+        record(lambda r: "thinker", lambda r: prompts.THINKER, _conclude_turn, lambda r: {"results": _results(r)})
+        record(lambda r: "answerer", lambda r: prompts.ANSWERER, _answerer_turn,
+               lambda r: {"results": _results(r), "conclusion": said[r.task_id]["thinker"]})
+    except AuthError:
+        raise  # every later call would fail the same way: stop the capture
+    except BackendError as exc:  # a remote teacher failed for good: a recorded failed run
+        for r in runs:
+            r.error = str(exc)
+        return runs
     for r in runs:
         r.final_answer = first_line(r.activations[-1].output)
     return runs
@@ -194,5 +207,6 @@ def load_runs(path: Path) -> list[TeacherRun]:
             try:
                 runs.append(TeacherRun.from_dict(json.loads(line)))
             except (json.JSONDecodeError, TypeError, KeyError) as exc:
-                raise ValueError(f"{path}:{n}: not a teacher run record ({exc})") from exc
+                raise ValueError(f"{path}:{n}: not a teacher run record ({exc}); if a capture was cut off "
+                                 "while writing it, run the capture again on this run folder to resume") from exc
     return runs

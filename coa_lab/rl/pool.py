@@ -44,7 +44,8 @@ def keep_by_pass_rate(tasks: list, pass_rates: list[float], min_pass: float, max
 def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_pass: float, max_pass: float,
                 temperature: float) -> tuple[list, PoolReport]:
     """Sample every candidate `samples` times with the policy and keep the mixed-outcome ones."""
-    rollouts = run_coa(generator, candidates, tools, gen_cfg, samples=samples, temperature=temperature)
+    rollouts = run_coa(generator, candidates, tools, gen_cfg, samples=samples, temperature=temperature,
+                        progress="screen pool")
     rates = []
     for i, _task in enumerate(candidates):
         group = rollouts[i * samples : (i + 1) * samples]

@@ -75,7 +75,8 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
         n_anchors = rl.anchors_per_step if (round_ == 0 and anchor_iter is not None) else 0
         tasks += [next(anchor_iter) for _ in range(n_anchors)]
         need = len(tasks)
-        rollouts = run_coa(generator, tasks, tools, gen, samples=rl.group_size, temperature=rl.temperature)
+        rollouts = run_coa(generator, tasks, tools, gen, samples=rl.group_size, temperature=rl.temperature,
+                           progress="sample")
         accuracy, scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer)
         stats["rounds"] = round_ + 1
         stats["sampled_groups"] += need
@@ -232,6 +233,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     """Run `preset.rl.steps` DAPO steps from `adapter` (the SFT output) on `train_tasks`;
     `anchors` (questions the SFT policy always solved) are sampled beside them, see collect_batch."""
     import torch
+    from tqdm.auto import tqdm
 
     from coa_lab.llm import HFGenerator
     from coa_lab.models import compute_context, load_model
@@ -265,7 +267,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     metrics_path = out_dir / "metrics.jsonl"
     adapter_dir = out_dir / "adapter"
     metrics, sampled = [], []
-    with open(metrics_path, "w") as log:
+    with open(metrics_path, "w") as log, tqdm(total=rl.steps, desc="rl", unit="step") as bar:
         for step in range(rl.steps):
             t0 = time.time()
             groups, rewards, s = collect_batch(generator, pool_iter, tools, preset, anchor_iter)
@@ -302,6 +304,8 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             row["seconds"] = round(time.time() - t0, 1)
             row["sample_seconds"] = sample_seconds  # the rest of `seconds` is the update (and saving)
             metrics.append(row)
+            bar.update(1)
+            bar.set_postfix(acc=f"{row['accuracy']:.2f}", kept=f"{len(groups)}/{s['sampled_groups']}")
             log.write(json.dumps(row) + "\n")
             log.flush()
             # After every step, so an interrupted run keeps its latest policy and samples.
