@@ -197,6 +197,36 @@ def trajectory_html(text: str, profile: str | None = None, tools=None, show_mask
     return _document(title, "", _trajectory_body(text, profile, tools, show_mask))
 
 
+# The teacher's agents, coloured like the CoA roles they become after distillation.
+AGENT_COLOURS = {"planner": ROLE_COLOURS["plan"], "thinker": ROLE_COLOURS["think"],
+                 "reflector": ROLE_COLOURS["reflection"], "answerer": ROLE_COLOURS["answer"]}
+
+
+def team_run_html(run, title: str | None = None) -> str:
+    """A multi-agent teacher run (agents/teacher.py TeacherRun), agent by agent: the agent's
+    own context (folded: instruction, worked examples, the task as handed over), what it
+    said, the tool call the orchestrator ran and its observation, and the tokens it cost."""
+    boxes = []
+    for act in run.activations:
+        border, background = AGENT_COLOURS.get(act.agent, TOOL_COLOURS)
+        context = "".join(f'<div><b>{_esc(m["role"])}</b>: <pre style="{_PRE}">{_esc(m["content"])}</pre></div>'
+                          for m in act.messages)
+        inner = (f"{_badge(act.agent, border)} <span style=\"color:#555\">{act.prompt_tokens} prompt + "
+                 f"{act.completion_tokens} output tokens, {len(act.messages)} messages of context</span>"
+                 f"<details><summary>its own context</summary>{context}</details>"
+                 f'<pre style="{_PRE}">{_esc(act.output)}</pre>')
+        if act.tool:
+            ok = "ok" if act.tool_ok else "failed"
+            inner += (f"<div>{_badge(act.tool, TOOL_COLOURS[0])}<pre style=\"{_PRE}\">{_esc(act.tool_input)}</pre></div>"
+                      f'<div style="background:{OBSERVATION_COLOURS[1]};padding:2px 6px">observation ({ok}):'
+                      f'<pre style="{_PRE}">{_esc(act.observation)}</pre></div>')
+        boxes.append(_box("coa-agent", border, background, inner, act.agent))
+    header = (f"<div>{_esc(run.question)} — final answer <b>{_esc(run.final_answer)}</b> "
+              f"(gold {_esc(', '.join(run.answers))}); {run.tokens} tokens, {len(run.activations)} agent calls, "
+              f"{run.tool_calls} tool calls{'; error: ' + _esc(run.error) if run.error else ''}</div>")
+    return _document(title, header, "".join(boxes))
+
+
 def _header_row(name: str, value: object) -> str:
     return (f'<tr><th style="text-align:left;padding-right:8px;vertical-align:top;color:#555">{_esc(name)}</th>'
             f'<td style="white-space:pre-wrap">{_esc(value)}</td></tr>')

@@ -111,3 +111,12 @@ def test_evaluate_rolls_out_every_suite_in_one_pass_and_splits_the_scores(tok):
     assert result.suites["a"].tasks == 1 and result.suites["a"].accuracy == 1.0
     assert result.suites["b"].tasks == 2 and result.suites["b"].accuracy == 0.5
     assert [r.task_id for r in result.records] == ["t1", "t2", "t1"]
+
+
+def test_rollouts_show_a_progress_bar_when_labelled(tok, capsys):
+    gen = Scripted(tok, ["<think>the product</think>\n<answer>\\boxed{42}</answer>"])
+    run_coa(gen, [MATH, MATH], build_tools(["code"]), GenerationConfig(), progress="eval sft")
+    err = capsys.readouterr().err
+    assert "eval sft" in err and "/2 " in err  # a bar over the 2 rollouts
+    run_coa(Scripted(tok, ["<answer>\\boxed{42}</answer>"]), [MATH], build_tools(["code"]), GenerationConfig())
+    assert "rollout" not in capsys.readouterr().err  # no label, no bar

@@ -238,3 +238,19 @@ def test_plot_curves():
     assert len(ax.lines) == 2 and ax.get_title() == "SFT loss" and ax.get_ylabel() == "loss"
     assert ax.get_legend() is not None
     assert len(plot_curves({}, "empty", "r").axes[0].lines) == 0
+
+
+def test_team_run_html_shows_each_agent_with_its_context_tool_and_tokens():
+    from coa_lab.agents.teacher import Activation, TeacherRun
+    from coa_lab.viz import team_run_html
+
+    run = TeacherRun("t1", "What is <6*7>?", "math", ["42"], [
+        Activation("planner", [{"role": "system", "content": "You are the planner."}], "compute it", 12, 3),
+        Activation("coder", [{"role": "system", "content": "You are the code agent."}], "print(6*7)", 20, 5,
+                   tool="code", tool_input="print(6*7)", observation="42<script>", tool_ok=True),
+    ], final_answer="42")
+    page = team_run_html(run)
+    assert page.count('class="coa-agent"') == 2
+    assert "You are the code agent." in page and "12 prompt + 3 output tokens" in page
+    assert "42&lt;script&gt;" in page and "<script>" not in page  # model and tool text escaped
+    assert "&lt;6*7&gt;" in page and "32 tokens" not in page and f"{run.tokens} tokens" in page
