@@ -110,7 +110,11 @@ class OpenAIChatBackend:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
                 if resp.status_code == 200:
-                    return _parse(resp.json())
+                    try:
+                        return _parse(resp.json())
+                    except ValueError:  # not JSON at all (a proxy's HTML page, say)
+                        raise BackendError(self._scrub(f"teacher endpoint {self.base_url} answered 200 with a body "
+                                                       f"that is not JSON: {resp.text[:200]!r}")) from None
                 problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
                 if resp.status_code in (401, 403):
                     raise AuthError(self._scrub(f"teacher endpoint {self.base_url} rejected the key "

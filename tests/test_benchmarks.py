@@ -48,3 +48,8 @@ def test_capture_benchmark_compares_concurrency_through_retries(tmp_path):
     out = _bench("capture", ["--tasks", "8", "--concurrency", "4", "--delay", "0.05", "--fail-rate", "0.2"], tmp_path)
     assert out["every_task_recorded"] and out["serial"]["runs"] == out["concurrent"]["runs"] == 8
     assert out["time_ratio"] > 0 and out["concurrent"]["requests"] >= 8 * 6
+
+
+def test_eval_benchmark_compares_one_pass_with_per_suite_passes(tmp_path):
+    out = _bench("eval", ["--scale", "0.05"], tmp_path)
+    assert out["tasks"] == 5 and out["one_pass_seconds"] > 0 and out["per_suite_seconds"] > 0

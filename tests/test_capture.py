@@ -197,3 +197,20 @@ def test_in_process_teacher_capture_flushes_each_lockstep_batch(tmp_path):
         systems = [a.messages[0]["content"] for a in run.activations]
         assert len(set(systems)) == 5 and run.tool_calls == 1
         assert all(a.prompt_tokens > 0 for a in run.activations)
+
+
+def test_a_malformed_answer_is_a_failed_run_not_a_crash(tmp_path):
+    from fastapi import FastAPI
+    from fastapi.responses import PlainTextResponse
+
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    def broken():
+        return PlainTextResponse("<html>gateway says hi</html>")
+
+    with serve_in_thread(app) as url:
+        backend = OpenAIChatBackend(url, "m", max_retries=0)
+        result = capture_runs(backend, tasks(2), TOOLS, CaptureConfig(), tmp_path / "t.jsonl", teacher="m",
+                              progress=False)
+    assert result.failed == 2 and all("not JSON" in r.error for r in result.runs)

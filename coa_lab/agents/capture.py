@@ -123,7 +123,8 @@ def capture_runs(backend, tasks: list, tools, cfg: CaptureConfig, path: str | Pa
                  observation_chars: int = 600, resume: bool = True, progress: bool = True) -> CaptureResult:
     """Run the teacher on every task without a run in `path` yet, appending each run as it ends.
 
-    resume=False starts the file afresh. Raises AuthError (the key was rejected) after keeping
+    resume=False starts the file afresh. Runs already in the file for tasks not in `tasks` are
+    kept (nothing is lost) and returned with the rest. Raises AuthError (the key was rejected) after keeping
     every run finished so far; any other backend failure is a recorded failed run."""
     from tqdm.auto import tqdm
 
