@@ -39,7 +39,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="coa-lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_ in [("capture", "run the multi-agent teacher and record every activation"),
+    for name, help_ in [("capture", "run the multi-agent teacher and record every activation (resumes a run folder)"),
                         ("distill", "convert teacher runs to CoA trajectories and filter them"),
                         ("sft", "observation-masked SFT on the kept trajectories"),
                         ("rl", "DAPO RL with multi-turn tool rollouts"),
