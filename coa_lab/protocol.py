@@ -200,6 +200,20 @@ def observation_spans(text: str) -> list[tuple[int, int]]:
     return [(s.start, s.end) for s in parse(text).steps if s.kind == "observation"]
 
 
+def written_observations(text: str, tools: Iterable[str] = DEFAULT_TOOLS) -> int:
+    """How many observation blocks in `text` the MODEL wrote: the environment only ever adds
+    one right after a closed tool call, so any other observation block is a hallucinated tool
+    result (what SFT without the observation mask teaches; notebook 07 counts them)."""
+    count, previous = 0, None
+    for step in parse(text, tools).steps:
+        if step.kind == "text" and not step.content.strip():
+            continue  # whitespace between a call and its observation
+        if step.kind == "observation" and not (previous is not None and previous.kind == "tool" and previous.closed):
+            count += 1
+        previous = step
+    return count
+
+
 def pending_tool_call(text: str, tools: Iterable[str] = DEFAULT_TOOLS) -> Step | None:
     """The tool call that ends a generation and still awaits its observation, if any."""
     blocks = parse(text, tools).blocks

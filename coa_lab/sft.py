@@ -28,8 +28,13 @@ from coa_lab.trajectories import TrajectoryRecord
 IGNORE_INDEX = -100  # positions the cross-entropy loss skips
 
 
-def encode_example(tokenizer, messages: list[dict], trajectory: str, max_length: int | None = None) -> dict:
-    """(input_ids, labels) for one trajectory; labels are -100 on prompt and observation tokens."""
+def encode_example(tokenizer, messages: list[dict], trajectory: str, max_length: int | None = None,
+                   mask_observations: bool = True) -> dict:
+    """(input_ids, labels) for one trajectory; labels are -100 on prompt and observation tokens.
+
+    mask_observations=False keeps the observation tokens' labels (the ablation in notebook 07:
+    the model then also learns to write tool output itself). `n_observation_tokens` counts the
+    observation tokens either way."""
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     eos = tokenizer.eos_token or ""
     full = prompt + trajectory + eos  # the model must also learn to stop after </answer>
@@ -40,7 +45,7 @@ def encode_example(tokenizer, messages: list[dict], trajectory: str, max_length:
         in_prompt = start < len(prompt)
         in_obs = any(start < e and end > s for s, e in spans)  # any overlap masks the token
         n_obs += in_obs and not in_prompt
-        labels.append(IGNORE_INDEX if in_prompt or in_obs else tok_id)
+        labels.append(IGNORE_INDEX if in_prompt or (in_obs and mask_observations) else tok_id)
     ids = enc["input_ids"]
     if max_length is not None:
         ids, labels = ids[:max_length], labels[:max_length]
@@ -201,8 +206,9 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
     model, tokenizer = load_model(preset.model, trainable=True)
     rows, masked_obs = [], 0
     for rec in records:
-        ex = encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length)
-        masked_obs += ex.pop("n_observation_tokens")
+        ex = encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length,
+                            mask_observations=preset.sft.mask_observations)
+        masked_obs += ex.pop("n_observation_tokens") if preset.sft.mask_observations else 0
         rows.append(ex)
     cuda = torch.cuda.is_available()
     args = TrainingArguments(

@@ -15,12 +15,32 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from coa_lab import protocol
 from coa_lab.protocol import DEFAULT_TOOLS, PROFILE_TOOLS, Step
 from coa_lab.trajectories import TrajectoryRecord, load_records
+
+
+def _show_figures_inline() -> None:
+    """Let a notebook show a bare matplotlib Figure (what the plot helpers return) as an image.
+
+    The inline backend registers IPython's PNG formatter only when pyplot is imported, which the
+    lab never does (pyplot's global state would show each figure twice); without this a Figure
+    displays as "<Figure size 640x320>" in JupyterLab (caught by tests/test_jupyterlab.py)."""
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import select_figure_formats
+    except ImportError:  # plain Python: nothing to display into
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "display_formatter"):
+        select_figure_formats(shell, {"png"})
+
+
+_show_figures_inline()
 
 # One hue per agent role (Okabe-Ito-like, distinguishable with common colour-vision
 # deficiencies); each is a (border, background) pair so text on it stays readable.
@@ -483,4 +503,51 @@ def plot_curves(values: dict[str, list[float]], title: str = "", ylabel: str = "
         ax.legend()
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.grid(alpha=0.3)
+    return fig
+
+
+def save_figure(fig, path: str | Path, data: dict) -> Path:
+    """Write `fig` as PNG and, beside it, the numbers it plots with where and when they were
+    measured (`<name>.json`). A notebook's full run saves into notebooks/figures/, which its
+    text embeds: a reader on a code host sees the result of a real run without running it."""
+    import platform
+    import subprocess
+    import time
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=path.parent, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None  # not a git checkout: the figure is still real, its commit unknown
+    meta = {"figure": path.name, "date": time.strftime("%Y-%m-%d"), "commit": commit,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "data": data}
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
+    return path
+
+
+def plot_bars(values: dict[str, dict[str, float]], title: str = "", ylabel: str = "", ylim=None):
+    """Grouped bars: {group: {series: value}} -> one cluster per group, one colour per series
+    (e.g. {"accuracy": {"masked": 0.8, "unmasked": 0.7}, ...}). A bare Figure, as plot_curves."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 3.2), layout="constrained")
+    ax = fig.add_subplot()
+    groups = list(values)
+    series = list(dict.fromkeys(s for g in groups for s in values[g]))
+    width = 0.8 / max(1, len(series))
+    for i, name in enumerate(series):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ys = [values[g].get(name, 0.0) for g in groups]
+        bars = ax.bar(xs, ys, width, label=name)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set(title=title, ylabel=ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
     return fig

@@ -272,3 +272,38 @@ def test_token_logprobs_is_differentiable(tiny_llama):
     grads = [p.grad for p in tiny_llama.parameters() if p.grad is not None]
     assert grads and any(g.abs().sum() > 0 for g in grads)
     tiny_llama.zero_grad(set_to_none=True)
+
+
+def test_sequence_aggregation_weighs_every_sample_equally():
+    # the ablation arm (GRPO's per-sample mean): long and short samples count the same
+    lp = torch.zeros(2, 10)
+    long_short = torch.tensor([[1] * 10, [1] + [0] * 9])
+    loss, _ = dapo_token_loss(lp, lp, torch.tensor([1.0, -1.0]), long_short, aggregation="sequence")
+    assert loss.item() == pytest.approx(0.0)  # (-1 + 1) / 2, where token-level gives -9/11
+    # a micro-batch of a larger mini-batch: n_sequences is the normaliser
+    part, _ = dapo_token_loss(lp[:1], lp[:1], torch.tensor([1.0]), long_short[:1], aggregation="sequence",
+                                   n_sequences=2)
+    assert part.item() == pytest.approx(-0.5)
+
+
+def test_sequence_aggregation_gradient_per_token_shrinks_with_length():
+    lp = torch.zeros(2, 4, requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]])
+    loss, _ = dapo_token_loss(lp, lp.detach(), torch.tensor([1.0, 1.0]), mask, aggregation="sequence")
+    loss.backward()
+    assert lp.grad[0, 0].item() == pytest.approx(-1 / 8)  # 1/(2 samples * 4 tokens)
+    assert lp.grad[1, 0].item() == pytest.approx(-1 / 2)  # 1/(2 samples * 1 token)
+
+
+def test_unknown_aggregation_is_a_clear_error():
+    with pytest.raises(ValueError, match="aggregation"):
+        dapo_token_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), aggregation="seq")
+
+
+def test_high_ratio_frac_counts_tokens_only_clip_higher_keeps():
+    old = torch.zeros(1, 3)
+    lp = torch.log(torch.tensor([[1.1, 1.25, 1.5]]))
+    _, pos = dapo_token_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 3))
+    assert pos["high_ratio_frac"] == pytest.approx(2 / 3)  # 1.25 and 1.5 exceed 1 + clip_low
+    _, neg = dapo_token_loss(lp, old, torch.tensor([-1.0]), torch.ones(1, 3))
+    assert neg["high_ratio_frac"] == 0.0  # negative advantage: the upper clip never applies

@@ -1,6 +1,9 @@
-"""Every notebook runs end to end in smoke mode; its check cells assert."""
+"""Every notebook runs end to end in smoke mode; its check cells assert.
 
-import os
+They run in order in ONE run folder, as a learner runs them: 02 distils 01's capture, 03 trains
+on 02's trajectories, 04 and 05 use 03's student. Each notebook opened alone (the fallbacks in
+coa_lab/lesson_inputs.py) is tested in tests/test_lesson_inputs.py."""
+
 from pathlib import Path
 
 import nbformat
@@ -13,15 +16,24 @@ NOTEBOOKS = sorted((PROJECT_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 pytestmark = pytest.mark.model
 
 
+@pytest.fixture(scope="module")
+def shared_runs(tmp_path_factory):
+    return tmp_path_factory.mktemp("notebook_runs")
+
+
 def test_notebooks_exist():
     assert NOTEBOOKS, "no notebooks found"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_in_smoke_mode(path: Path, tmp_path, monkeypatch):
+def test_notebook_runs_in_smoke_mode(path: Path, shared_runs, monkeypatch):
     monkeypatch.setenv("COA_LAB_SMOKE", "1")
-    monkeypatch.setenv("COA_LAB_RUNS", str(tmp_path))  # notebooks write runs here, not into the repo
+    monkeypatch.setenv("COA_LAB_RUNS", str(shared_runs))  # notebooks write runs here, not into the repo
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+    # figures render as images (a bare Figure shown as "<Figure size ...>" text was a bug once)
+    for c in nb.cells:
+        if c.cell_type == "code" and "save_figure(" in "".join(c.source):
+            assert any("image/png" in o.get("data", {}) for o in c.outputs), "".join(c.source)[:200]

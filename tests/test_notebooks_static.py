@@ -1,5 +1,6 @@
-"""Static checks of the notebooks, no kernel: valid files, numbered in order, a parameters cell
-first, stored without outputs, no machine-specific paths, and links to notebooks that exist."""
+"""Static checks of the notebooks, no kernel: valid files, numbered in order, one skeleton, a
+parameters cell first, stored without outputs (results are figures written by a real full run
+and embedded), no machine-specific paths, and links to notebooks and figures that exist."""
 
 import json
 import re
@@ -9,12 +10,42 @@ import pytest
 
 from coa_lab.paths import PROJECT_ROOT
 
-NOTEBOOKS = sorted((PROJECT_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOK_DIR = PROJECT_ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+LESSONS = ["00_tour", "01_capture", "02_distillation", "03_masked_sft", "04_dapo_rl", "05_evaluation", "06_scaling",
+           "07_ablations"]
+# every lesson: what you will learn -> setup -> concepts on real numbers -> run -> checks -> exercises in
+# tiers -> troubleshooting -> next. A heading belongs to the first section whose name it starts with.
+SKELETON = ["Parameters", "Setup", "Concepts", "Run", "Checks", "Exercises", "Troubleshooting", "Next"]
+
+
+def _h2(nb) -> list[str]:
+    return [line[3:].strip() for c in nb.cells if c.cell_type == "markdown"
+            for line in "".join(c.source).splitlines() if line.startswith("## ")]
+
+
+def test_the_eight_lessons_in_order():
+    assert [p.stem for p in NOTEBOOKS] == LESSONS
 
 
 def test_numbered_without_gaps():
     numbers = [int(p.name[:2]) for p in NOTEBOOKS]
     assert numbers == list(range(len(NOTEBOOKS))), [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_skeleton_headings_in_order(path):
+    nb = nbformat.read(path, as_version=4)
+    assert "**What you will learn**" in "".join(nb.cells[0].source)
+    sections = []
+    for heading in _h2(nb):
+        match = next((s for s in SKELETON if heading.startswith(s)), None)
+        assert match, f"{path.name}: '## {heading}' is not a skeleton section {SKELETON} (use ### inside one)"
+        sections.append(SKELETON.index(match))
+    assert sorted(set(sections)) == list(range(len(SKELETON))), f"{path.name} lacks {set(SKELETON) - {SKELETON[i] for i in sections}}"
+    assert sections == sorted(sections), f"{path.name}: sections out of order: {_h2(nb)}"
+    exercises = next("".join(c.source) for c in nb.cells if "## Exercises" in "".join(c.source))
+    assert "★★" in exercises and "★ " in exercises, f"{path.name}: exercises come in tiers (★, ★★, ★★★)"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -33,5 +64,21 @@ def test_notebook_is_valid_and_clean(path):
     assert not re.search(r"(?<![\w.])/(work|tmp|root|home|Users)/", text), "a machine-specific absolute path"
     for other in set(re.findall(r"\b(\d\d_[a-z_]+)\.ipynb", text)):
         assert (path.parent / f"{other}.ipynb").exists(), f"{path.name} points to missing {other}.ipynb"
-    for ref in set(re.findall(r'runs_dir\(\) / \\?"nb(\d\d)\\?"', json.dumps(json.loads(text)))):
-        assert int(ref) <= int(number), f"{path.name} reads the run folder of a later notebook (nb{ref})"
+    for ref in set(re.findall(r"lesson_dir\((\d+)\)", json.dumps(json.loads(text)))):
+        assert int(ref) <= int(number), f"{path.name} writes the run folder of another notebook (nb{ref})"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_embedded_figures_exist_with_the_numbers_they_plot(path):
+    # a reader on a code host sees results without running: each figure a full run wrote, beside
+    # the JSON of what it plots, when, and at which commit (coa_lab.viz.save_figure)
+    nb = nbformat.read(path, as_version=4)
+    markdown = "\n".join("".join(c.source) for c in nb.cells if c.cell_type == "markdown")
+    code = "\n".join("".join(c.source) for c in nb.cells if c.cell_type == "code")
+    for figure in re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", markdown):
+        png = NOTEBOOK_DIR / figure
+        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{path.name}: {figure} missing"
+        meta = json.loads(png.with_suffix(".json").read_text())
+        assert meta["data"] and meta["date"] and meta["figure"] == png.name
+        assert f'"{png.name}"' in code, f"{path.name} embeds {figure} but no cell of it writes it"
+    assert not re.search(r"\b[A-Z]+_RESULT\b", markdown), f"{path.name}: a result placeholder was never filled"

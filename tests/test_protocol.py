@@ -632,3 +632,26 @@ def test_final_answer(text, expected):
 
 def test_final_answer_unbalanced_boxed_returns_content():
     assert final_answer("<answer>\\boxed{12</answer>") == "\\boxed{12"
+
+
+# ============================================================================ written observations
+
+
+def test_written_observations_counts_only_blocks_not_after_a_tool_call():
+    env = "<think>x</think><wiki_search>a</wiki_search>" + protocol.wrap_observation("B") + "<answer>B</answer>"
+    assert protocol.written_observations(env) == 0
+    assert protocol.written_observations("<think>x</think><observation>made up</observation><answer>B</answer>") == 1
+    # a second observation after the environment's one was written by the model
+    assert protocol.written_observations(env.replace("<answer>", "<observation>again</observation><answer>")) == 1
+    # an unclosed call gets no observation from the environment
+    assert protocol.written_observations("<code>print(1)<observation>\n1\n</observation>") == 1
+    assert protocol.written_observations("") == 0
+
+
+@given(st.lists(st.tuples(st.sampled_from(["wiki_search", "code"]), st.text(alphabet="abc 123", max_size=12),
+                          st.text(alphabet="xyz 789\n", max_size=20)), max_size=4))
+def test_written_observations_is_zero_for_what_the_environment_builds(calls):
+    # the rollout loop's own shape: each closed call followed by the observation it appends
+    text = "<think>plan</think>" + "".join(f"<{t}>{a}</{t}>" + protocol.wrap_observation(o) for t, a, o in calls)
+    assert protocol.written_observations(text + "<answer>done</answer>") == 0
+    assert protocol.written_observations(text + "<observation>fake</observation>") == 1

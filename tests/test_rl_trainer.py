@@ -187,6 +187,7 @@ def test_train_rl_logs_steps_and_saves_adapter(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 == len(result.metrics)
     assert all(r["kept_groups"] == 1 and r["accuracy"] == 0.5 and "loss" in r for r in rows)
+    assert all(r["signal_rollouts"] == 2 for r in rows)  # both samples of the mixed group carry a gradient
     assert (result.adapter_dir / "adapter_config.json").exists()
     assert len(load_records(tmp_path / "rollouts.jsonl")) == 2 * 2  # 2 steps x group of 2
 
@@ -221,3 +222,13 @@ def test_interrupted_rl_keeps_the_last_finished_step(tmp_path):
     assert len(rows) == 1 and "loss" in rows[0]
     assert (tmp_path / "adapter" / "adapter_config.json").exists()  # step 0's updated policy survived
     assert len(load_records(tmp_path / "rollouts.jsonl")) == 2
+
+
+def test_without_dynamic_sampling_an_all_wrong_group_is_trained_on_and_wasted(tmp_path):
+    # the "no dynamic sampling" ablation arm: the group stays in the batch, its advantages are 0
+    preset = get_preset("cpu-smoke", rl={"steps": 1, "prompts_per_step": 1, "group_size": 2, "max_sampling_rounds": 0,
+                                         "dynamic_sampling": False, "loss_agg": "sequence"})
+    factory = lambda model, tok: Alternating(tok, ["<answer>\\boxed{5}</answer>"])  # noqa: E731 - always wrong
+    row = train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory).metrics[0]
+    assert row["kept_groups"] == 1 and row["accuracy"] == 0.0
+    assert row["signal_rollouts"] == 0 and row["loss"] == 0.0

@@ -278,3 +278,15 @@ def test_no_observation_character_in_an_unmasked_token(tok, sample):
             assert label == IGNORE_INDEX, (full.encode()[b0:b1], traj)
     _assert_mask_exact(ex, info)
     assert ex["labels"][-1] == tok.eos_token_id
+
+
+def test_mask_off_keeps_observation_labels_and_nothing_else_changes(tok):
+    # the ablation arm of notebook 07: observation tokens are trained, the prompt stays masked
+    traj = _traj()
+    on = encode_example(tok, MESSAGES, traj)
+    off = encode_example(tok, MESSAGES, traj, mask_observations=False)
+    assert off["input_ids"] == on["input_ids"]
+    assert off["n_observation_tokens"] == on["n_observation_tokens"] > 0
+    newly_trained = [i for i, (a, b) in enumerate(zip(on["labels"], off["labels"])) if a != b]
+    assert len(newly_trained) == on["n_observation_tokens"]
+    assert all(on["labels"][i] == IGNORE_INDEX and off["labels"][i] == off["input_ids"][i] for i in newly_trained)

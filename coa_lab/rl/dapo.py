@@ -53,6 +53,8 @@ def dapo_token_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.28,
     n_tokens: float | None = None,
+    aggregation: str = "token",
+    n_sequences: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped policy-gradient loss, averaged over TOKENS (not per sequence).
 
@@ -61,15 +63,24 @@ def dapo_token_loss(
         observation (tool output) and padding tokens; advantages: [B], one per sequence.
     n_tokens: the normaliser; pass the token count of the WHOLE batch when a batch is
         split into micro-batches, so long answers weigh per token, not per sequence.
+    aggregation: "token" (DAPO) or "sequence" (GRPO: each sample's mean over its own tokens,
+        then the mean over samples; `n_sequences` is then the normaliser, default B). Only
+        the ablation in notebook 07 uses "sequence".
     """
+    if aggregation not in ("token", "sequence"):
+        raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
     mask = mask.float()
     ratio = torch.exp(logprobs - old_logprobs)  # [B, T]
     adv = advantages.unsqueeze(1)  # [B, 1]
     unclipped = -adv * ratio  # [B, T]
     clipped = -adv * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)  # [B, T] clip-higher: asymmetric
     per_token = torch.maximum(unclipped, clipped)  # [B, T] pessimistic bound
-    denom = n_tokens if n_tokens is not None else mask.sum().clamp(min=1.0)
-    loss = (per_token * mask).sum() / denom
+    if aggregation == "token":
+        denom = n_tokens if n_tokens is not None else mask.sum().clamp(min=1.0)
+        loss = (per_token * mask).sum() / denom
+    else:  # every sample weighs the same, whatever its length: a long answer's tokens count less
+        per_sequence = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # [B]
+        loss = per_sequence.sum() / (n_sequences if n_sequences is not None else per_token.shape[0])
     with torch.no_grad():
         was_clipped = (clipped > unclipped).float()  # the clamp changed this token's gradient
         count = mask.sum().clamp(min=1.0)
@@ -77,6 +88,9 @@ def dapo_token_loss(
             "clip_frac": float((was_clipped * mask).sum() / count),
             "ratio_mean": float((ratio * mask).sum() / count),
             "approx_kl": float((((ratio - 1) - (logprobs - old_logprobs)) * mask).sum() / count),
+            # tokens whose gradient clip-higher keeps and a symmetric clip would cut: positive
+            # advantage, ratio above 1 + clip_low (notebook 07: how often clip-higher matters)
+            "high_ratio_frac": float((((ratio > 1 + clip_low) & (adv > 0)).float() * mask).sum() / count),
         }
     return loss, stats
 

@@ -189,9 +189,10 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
         for sub in (sub for mb in mini_batches[1:] for sub in mb):
             old[torch.tensor(sub, device=device)] = logprobs(sub).float()
     model.train()  # gradient checkpointing (GPU presets) is only active in train mode
-    stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "ratio_mean": [], "approx_kl": []}
+    stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "ratio_mean": [], "approx_kl": [], "high_ratio_frac": []}
     for n_mb, mb in enumerate(mini_batches):
         n_tokens = float(loss_mask[torch.tensor([i for sub in mb for i in sub], device=device)].sum().clamp(min=1))
+        n_sequences = float(sum(len(sub) for sub in mb))
         optimizer.zero_grad()
         for sub in mb:
             t = torch.tensor(sub, device=device)
@@ -199,10 +200,11 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                 logp = logprobs(sub)
             old_sub = logp.detach().float() if n_mb == 0 else old[t]
             loss, st = dapo.dapo_token_loss(logp, old_sub, adv[t], loss_mask[t],
-                                            rl.clip_low, rl.clip_high, n_tokens=n_tokens)
+                                            rl.clip_low, rl.clip_high, n_tokens=n_tokens,
+                                            aggregation=rl.loss_agg, n_sequences=n_sequences)
             loss.backward()
             stats["loss"].append(float(loss.detach()))
-            for k in ("clip_frac", "ratio_mean", "approx_kl"):
+            for k in ("clip_frac", "ratio_mean", "approx_kl", "high_ratio_frac"):
                 stats[k].append(st[k])
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         optimizer.step()
@@ -291,6 +293,9 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 # every sampled rollout's length (policy + observation tokens): the curve DAPO's
                 # overlong shaping acts on
                 "response_len_sampled": sum(len(r.response_ids) for r, _, _ in samples) / max(1, len(samples)),
+                # rollouts whose advantage is not zero: the only ones that move the weights. The
+                # rest of the sampled ones were dropped or sat in an all-equal group (wasted work).
+                "signal_rollouts": int((dapo.group_advantages(torch.tensor(rewards)) != 0).sum()) if groups else 0,
             }
             if groups:
                 row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute))

@@ -24,7 +24,7 @@ from coa_lab.tasks.records import DatasetError, Task
 from coa_lab.tasks.scorers import score
 
 TASK_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
-NON_TASK_DIRS = {"corpus", "trajectories"}
+NON_TASK_DIRS = {"corpus", "trajectories", "teacher_runs"}
 
 
 def gold_text(task: Task) -> str | None:
@@ -43,7 +43,7 @@ def gold_text(task: Task) -> str | None:
 def task_files(target: str | Path) -> list[Path]:
     """A task file, every task file under a folder, or a shipped suite name (``math``,
     ``mhqa``, ``code``, ``web``: its eval files; ``math/arith``: one eval benchmark).  In folders, SOURCE.json, dot-files and the
-    ``corpus``/``trajectories`` folders of datasets/ are skipped: they hold no tasks."""
+    ``corpus``/``trajectories``/``teacher_runs`` folders of datasets/ are skipped: they hold no tasks."""
     path = Path(target)
     if not path.exists():
         from coa_lab.tasks.suites import SUITE_FILES, suite_files

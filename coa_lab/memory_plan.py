@@ -1,0 +1,168 @@
+"""Per-GPU memory for a preset, from the model's shape: what a course needs to size hardware.
+
+Every term is a formula you can check by hand (tests/test_memory_plan.py does):
+
+    weights      params x bytes per weight (4-bit QLoRA: 0.5 B for the layers' linear weights,
+                 the embeddings stay in 16-bit)
+    trainable    LoRA: layers x r x (in + out) summed over the target modules; full: all params
+    gradients    trainable x bytes of the training dtype
+    optimizer    AdamW: 2 fp32 states per trainable parameter, plus an fp32 master copy when the
+                 weights train in 16-bit (full fine-tuning)
+    activations  per layer, for micro-batch b and length s: 34 s b h bytes in 16-bit (Korthikanti
+                 et al. 2022, flash attention: no s^2 term); with gradient checkpointing only each
+                 layer's input is kept (2 s b h) plus one layer's full set during its recompute
+    logits       b s V x (2 + 4 + 4) bytes in 16-bit (the logits, their fp32 upcast for the loss,
+                 and its fp32 gradient), b s V x 8 in fp32: at a 152k vocabulary this is the largest
+                 activation of a long sequence
+    kv cache     rollouts: 2 (K and V) x layers x kv_heads x head_dim x 2 bytes per token, for
+                 gen.batch_size sequences of prompt + max_response_tokens
+
+Sharding over N GPUs: ZeRO-3 / FSDP divides weights, gradients and optimizer states by N; LoRA runs
+(ZeRO-2 / DDP) divide the gradients and optimizer states only. Activations, logits and the KV cache
+are per GPU. These are estimates: allocator fragmentation, CUDA context (~0.5 GiB) and framework
+buffers come on top.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from coa_lab.config import Preset
+
+GIB = 1024**3
+
+# Shapes of the presets' hub models (their config.json), so a plan needs no download.
+KNOWN_SHAPES = {
+    "Qwen/Qwen2.5-3B-Instruct": dict(hidden=2048, layers=36, heads=16, kv_heads=2, head_dim=128,
+                                     intermediate=11008, vocab=151936, tied=True),
+    "Qwen/Qwen2.5-32B-Instruct": dict(hidden=5120, layers=64, heads=40, kv_heads=8, head_dim=128,
+                                      intermediate=27648, vocab=152064, tied=False),
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "ModelShape":
+        heads = cfg["num_attention_heads"]
+        return cls(hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"], heads=heads,
+                   kv_heads=cfg.get("num_key_value_heads", heads),
+                   head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+                   intermediate=cfg["intermediate_size"], vocab=cfg["vocab_size"],
+                   tied=bool(cfg.get("tie_word_embeddings", False)))
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear module of one decoder layer (Llama / Qwen2 layout)."""
+        h, kv = self.hidden, self.kv_heads * self.head_dim
+        q = self.heads * self.head_dim
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                "gate_proj": (h, self.intermediate), "up_proj": (h, self.intermediate),
+                "down_proj": (self.intermediate, h)}
+
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+    def layer_linear_params(self) -> int:
+        return sum(i * o for i, o in self.linear_shapes().values())
+
+    def params(self, biases: int = 0) -> int:
+        """Every parameter: embeddings (+ untied LM head), linear weights, two RMSNorms per layer
+        and the final norm; `biases` adds per-layer bias terms (Qwen2 has q/k/v biases)."""
+        norms = self.layers * 2 * self.hidden + self.hidden
+        return self.embedding_params() + self.layers * (self.layer_linear_params() + biases) + norms
+
+
+def shape_of(model_name: str) -> ModelShape:
+    """The shape from a local config.json (the embedded model, a local path) or KNOWN_SHAPES."""
+    from coa_lab.models import resolve_model
+
+    local = Path(resolve_model(model_name)) / "config.json"
+    if local.exists():
+        return ModelShape.from_config(json.loads(local.read_text()))
+    if model_name in KNOWN_SHAPES:
+        return ModelShape(**KNOWN_SHAPES[model_name])
+    raise ValueError(f"no shape known for {model_name!r}: pass a local model folder with a config.json, "
+                     f"or one of {sorted(KNOWN_SHAPES)}")
+
+
+def qwen2_biases(shape: ModelShape) -> int:
+    """Qwen2's q, k and v projections carry biases: q_out + 2 kv_out per layer."""
+    return shape.heads * shape.head_dim + 2 * shape.kv_heads * shape.head_dim
+
+
+def lora_params(shape: ModelShape, r: int, targets) -> int:
+    """r x (in + out) per adapted module (A: r x in, B: out x r), over all layers."""
+    lin = shape.linear_shapes()
+    return shape.layers * sum(r * (lin[t][0] + lin[t][1]) for t in targets)
+
+
+@dataclass
+class MemoryPlan:
+    params: int
+    trainable: int
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float  # with the preset's gradient-checkpointing setting
+    activations_no_ckpt_gib: float
+    activations_ckpt_gib: float
+    logits_gib: float
+    kv_per_sequence_mib: float  # one rollout at full length (prompt + max_response_tokens)
+    kv_cache_gib: float  # gen.batch_size of them at once: the worst case (vLLM pages and queues the rest)
+    train_total_gib: float  # weights + gradients + optimizer + activations + logits
+    rollout_total_gib: float  # weights + KV cache (a separate vLLM engine holds its own copy)
+
+    def to_dict(self) -> dict:
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def plan(preset: Preset, gpus: int = 1, shape: ModelShape | None = None) -> MemoryPlan:
+    """Per-GPU memory of the preset's SFT/RL training step and of its rollouts, on `gpus` GPUs."""
+    if gpus < 1:
+        raise ValueError("gpus must be >= 1")
+    m = preset.model
+    shape = shape or shape_of(m.name)
+    biases = qwen2_biases(shape) if "qwen" in m.name.lower() else 0
+    n = shape.params(biases)
+    half = m.dtype in ("bfloat16", "float16")
+    wbytes = 2 if half else 4
+    if m.load_in_4bit:  # linear weights in 4 bits, the rest (embeddings, norms) in 16-bit
+        linear = shape.layers * shape.layer_linear_params()
+        weights = linear * 0.5 + (n - linear) * 2
+    else:
+        weights = n * wbytes
+    full = m.lora_r == 0
+    trainable = n if full else lora_params(shape, m.lora_r, m.target_modules)
+    grads = trainable * (wbytes if full else 4)  # LoRA weights train in fp32
+    optimizer = trainable * 8 + (trainable * 4 if full and half else 0)
+    if full:  # ZeRO-3 / FSDP: everything sharded
+        weights, grads, optimizer = weights / gpus, grads / gpus, optimizer / gpus
+    else:  # LoRA: the frozen base is replicated, the adapter's gradients and states sharded
+        grads, optimizer = grads / gpus, optimizer / gpus
+    b, s, h = preset.sft.batch_size, preset.sft.max_length, shape.hidden
+    act_full = shape.layers * 34 * s * b * h
+    act_ckpt = shape.layers * 2 * s * b * h + 34 * s * b * h
+    activations = act_ckpt if m.gradient_checkpointing else act_full
+    logits = b * s * shape.vocab * (2 + 4 + 4 if half else 4 + 4)
+    g = preset.gen
+    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2
+    kv_sequence = kv_per_token * (g.max_response_tokens + 512)  # 512: a typical prompt
+    kv = kv_sequence * g.batch_size
+    train = weights + grads + optimizer + activations + logits
+    return MemoryPlan(
+        params=n, trainable=trainable, weights_gib=weights / GIB, gradients_gib=grads / GIB,
+        optimizer_gib=optimizer / GIB, activations_gib=activations / GIB, activations_no_ckpt_gib=act_full / GIB,
+        activations_ckpt_gib=act_ckpt / GIB, logits_gib=logits / GIB, kv_per_sequence_mib=kv_sequence / 1024**2, kv_cache_gib=kv / GIB,
+        train_total_gib=train / GIB, rollout_total_gib=(weights + kv) / GIB,
+    )

@@ -1,0 +1,53 @@
+"""coa_lab/lesson_inputs.py: a notebook opened alone finds the previous one's output, or a fallback."""
+
+import shutil
+
+import pytest
+
+from coa_lab.config import get_preset
+from coa_lab.lesson_inputs import (SHIPPED_TEACHER_RUNS, kept_trajectories, lesson_dir, rl_adapter, sft_adapter,
+                                   teacher_runs_path)
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("COA_LAB_RUNS", str(tmp_path))
+    return tmp_path
+
+
+def test_shipped_capture_is_the_fallback_until_notebook_01_writes_one(runs):
+    assert teacher_runs_path() == SHIPPED_TEACHER_RUNS and SHIPPED_TEACHER_RUNS.exists()
+    own = lesson_dir(1) / "capture" / "traces.jsonl"
+    own.parent.mkdir(parents=True)
+    own.write_text("")
+    assert teacher_runs_path() == SHIPPED_TEACHER_RUNS  # an empty capture (killed at once) is not a capture
+    shutil.copyfile(SHIPPED_TEACHER_RUNS, own)
+    assert teacher_runs_path() == own
+
+
+@pytest.mark.model
+def test_kept_trajectories_distils_the_shipped_capture_when_02_has_not_run(runs):
+    kept = kept_trajectories(get_preset("cpu-tiny"))
+    assert (lesson_dir(2) / "distill" / "kept.jsonl").exists()
+    # the shipped capture: 72 teacher runs, 51 correct ones kept (datasets/teacher_runs/SOURCE.json)
+    assert len(kept) == 51 and all(r.source == "teacher" and r.reward == 1.0 for r in kept)
+    assert rl_adapter() is None
+
+
+@pytest.mark.model
+def test_sft_adapter_trains_when_03_has_not_run_and_is_reused_after(runs, monkeypatch):
+    preset = get_preset("cpu-smoke")
+    kept = lesson_dir(2) / "distill" / "kept.jsonl"
+    kept.parent.mkdir(parents=True)
+    from coa_lab.trajectories import load_records, save_records
+
+    # notebook 02's output, small: two of the shipped trajectories
+    from coa_lab.lesson_inputs import distill_teacher_runs
+    distill_teacher_runs(preset, SHIPPED_TEACHER_RUNS, runs / "full")
+    save_records(load_records(runs / "full" / "distill" / "kept.jsonl")[:2], kept)
+    adapter = sft_adapter(preset)
+    assert (adapter / "adapter_config.json").exists()
+    import coa_lab.sft
+
+    monkeypatch.setattr(coa_lab.sft, "train_sft", lambda *a, **k: pytest.fail("trained again"))
+    assert sft_adapter(preset) == adapter
