@@ -518,8 +518,11 @@ def save_figure(fig, path: str | Path, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=path.parent, timeout=10).stdout.strip() or None
+        git = lambda *args: subprocess.run(["git", *args], capture_output=True, text=True,  # noqa: E731
+                                           cwd=path.parent, timeout=10).stdout.strip()
+        commit = git("rev-parse", "--short", "HEAD") or None
+        if commit and git("status", "--porcelain", "--untracked-files=no", "--", "coa_lab", "notebooks/*.ipynb"):
+            commit += "+uncommitted"  # the code that drew it differs from that commit
     except (OSError, subprocess.SubprocessError):
         commit = None  # not a git checkout: the figure is still real, its commit unknown
     meta = {"figure": path.name, "date": time.strftime("%Y-%m-%d"), "commit": commit,
