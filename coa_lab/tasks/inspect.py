@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from coa_lab.tasks.loaders import layout_of, load_tasks
+from coa_lab.tasks.loaders import BadRowsSkipped, layout_of, load_tasks
 from coa_lab.tasks.records import DatasetError, Task
 from coa_lab.tasks.scorers import score
 
@@ -105,14 +106,22 @@ def data_inspect_main(argv: list[str] | None = None) -> int:
     """``coa-lab data inspect PATH``: layout detected, row count, first task (JSON)."""
     parser = argparse.ArgumentParser(prog="coa-lab data inspect", description="Show how the lab reads a task file.")
     parser.add_argument("path", help="a task file (.jsonl, .jsonl.gz, .json, .parquet)")
+    parser.add_argument("--skip-bad-rows", action="store_true",
+                        help="skip rows that cannot become a task (counted, first reasons shown) instead of stopping")
     args = parser.parse_args(argv)
+    skipped: list[str] = []
     try:
-        tasks = load_tasks(args.path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BadRowsSkipped)  # reported below, in the JSON
+            tasks = load_tasks(args.path, skip_bad_rows=args.skip_bad_rows, skipped=skipped)
         layout = layout_of(args.path)
     except DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if not args.skip_bad_rows:
+            print("(--skip-bad-rows loads the rest of the file and counts the rows it skips)", file=sys.stderr)
         return 2
     info = {"path": args.path, "layout": layout, "rows": len(tasks),
+            **({"skipped_rows": len(skipped), "first_skipped": skipped[:5]} if args.skip_bad_rows else {}),
             "profiles": sorted({t.profile for t in tasks}),
             "first_task": tasks[0].to_dict() if tasks else None}
     print(json.dumps(info, indent=2, ensure_ascii=False, default=str))

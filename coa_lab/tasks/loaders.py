@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -50,6 +51,13 @@ MHQA_SOURCES = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "2wiki
 
 
 # --------------------------------------------------------------------------- reading rows
+@dataclass
+class _InvalidLine:
+    """A JSON-lines row that is not JSON (its DatasetError message)."""
+
+    message: str
+
+
 def _iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """Yield (1-based row number, parsed row).  For JSON lines the row number is the line."""
     name = path.name.lower()
@@ -79,8 +87,10 @@ def _iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
                     continue
                 try:
                     yield lineno, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}: row {lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+                except (json.JSONDecodeError, RecursionError) as exc:
+                    # handed on, not raised: the reader decides whether one bad line stops the file
+                    what = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                    yield lineno, _InvalidLine(f"{path}: row {lineno}: invalid JSON ({what})")
         return
     raise DatasetError(f"{path}: unsupported file type (use .jsonl, .jsonl.gz, .json or .parquet)")
 
@@ -280,38 +290,71 @@ def detect_layout(row: dict) -> str | None:
 
 
 # --------------------------------------------------------------------------- public API
+class BadRowsSkipped(UserWarning):
+    """Issued by ``load_tasks(..., skip_bad_rows=True)``: how many rows were skipped, and why."""
+
+
 def load_tasks(path: str | Path, limit: int | None = None,
-               where: Callable[[dict], bool] | None = None) -> list[Task]:
+               where: Callable[[dict], bool] | None = None, skip_bad_rows: bool = False,
+               skipped: list[str] | None = None) -> list[Task]:
     """Read up to ``limit`` tasks from ``path`` (layout detected from its first row).
 
     ``where`` filters raw rows before parsing (e.g. keep only stdin/stdout APPS problems);
     row numbers in errors and 0-based indices in ids still count every row of the file.
+    A row that cannot become a Task raises DatasetError naming the file and the row; with
+    ``skip_bad_rows`` (large third-party dumps) it is skipped instead, its reason appended to
+    ``skipped`` if given, and one BadRowsSkipped warning gives the count and the first reasons.
     """
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: no such file")
     layout: _Layout | None = None
     tasks: list[Task] = []
+    reasons: list[str] = []
     for index, (rowno, row) in enumerate(_iter_rows(path)):
         if limit is not None and len(tasks) >= limit:
             break
-        if not isinstance(row, dict):
-            raise DatasetError(f"{path}: row {rowno}: expected an object, got {type(row).__name__}")
-        if layout is None:
-            layout = next((lay for lay in LAYOUTS if lay.detect(row)), None)
-            if layout is None:
-                raise DatasetError(
-                    f"{path}: unknown task layout; row {rowno} has keys {sorted(row)}; "
-                    f"known layouts: {[lay.name for lay in LAYOUTS]} (see coa_lab.tasks.loaders)"
-                )
-        if where is not None and not where(row):
-            continue
         try:
-            tasks.append(layout.parse(row, path, index))
-        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
-            what = f"missing {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
-            raise DatasetError(f"{path}: row {rowno} ({layout.name} layout): {what}") from exc
+            if isinstance(row, _InvalidLine):
+                raise DatasetError(row.message)
+            if not isinstance(row, dict):
+                raise DatasetError(f"{path}: row {rowno}: expected an object, got {type(row).__name__}")
+            if layout is None:
+                layout = next((lay for lay in LAYOUTS if lay.detect(row)), None)
+                if layout is None:
+                    raise DatasetError(
+                        f"{path}: unknown task layout; row {rowno} has keys {sorted(row)}; "
+                        f"known layouts: {[lay.name for lay in LAYOUTS]} (see coa_lab.tasks.loaders)"
+                    )
+            if where is not None and not where(row):
+                continue
+            tasks.append(_parse_row(layout, row, path, index, rowno))
+        except DatasetError as exc:
+            if not skip_bad_rows or (layout is None and isinstance(row, dict)):
+                raise  # the first object's layout is unknown: nothing in this file is readable
+            reasons.append(str(exc))
+    if reasons:
+        if skipped is not None:
+            skipped.extend(reasons)
+        first = "; ".join(r.removeprefix(f"{path}: ") for r in reasons[:3])
+        warnings.warn(f"{path}: skipped {len(reasons)} bad row(s), kept {len(tasks)}; first: {first}",
+                      BadRowsSkipped, stacklevel=2)
     return tasks
+
+
+def _parse_row(layout: _Layout, row: dict, path: Path, index: int, rowno: int) -> Task:
+    """One row through its layout's parser; ANY failure becomes a DatasetError naming the file
+    and the row (a parser meeting a shape nobody anticipated must not take a loader down
+    with a bare TypeError, or worse, an exception from deep inside ast)."""
+    try:
+        return layout.parse(row, path, index)
+    except KeyError as exc:
+        raise DatasetError(f"{path}: row {rowno} ({layout.name} layout): missing {exc.args[0]!r}") from exc
+    except (ValueError, TypeError, IndexError, AttributeError) as exc:
+        raise DatasetError(f"{path}: row {rowno} ({layout.name} layout): {exc}") from exc
+    except (RecursionError, MemoryError, OverflowError) as exc:
+        raise DatasetError(f"{path}: row {rowno} ({layout.name} layout): {type(exc).__name__} "
+                           f"(a value nested or sized beyond what the parser handles)") from exc
 
 
 def layout_of(path: str | Path) -> str:
@@ -320,6 +363,8 @@ def layout_of(path: str | Path) -> str:
     if not path.exists():
         raise DatasetError(f"{path}: no such file")
     for rowno, row in _iter_rows(path):
+        if isinstance(row, _InvalidLine):
+            raise DatasetError(row.message)
         name = detect_layout(row) if isinstance(row, dict) else None
         if name is None:
             keys = sorted(row) if isinstance(row, dict) else type(row).__name__
