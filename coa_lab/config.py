@@ -45,6 +45,9 @@ class GenerationConfig:
     # rows than at 8 (benchmarks/bench_rollouts.py), and finished rows leave the batch
     batch_size: int = 64
     observation_chars: int = 300  # tool output is truncated before it enters the context
+    # a tool call that has not answered by then becomes an error observation and the rollout
+    # goes on: one hung tool (a dead search backend, a hand-written tool) never stalls the batch
+    tool_timeout_s: float = 60.0
 
 
 # Task mixes are "suite/benchmark" -> number of tasks (coa_lab.tasks.suites names both).

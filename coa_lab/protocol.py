@@ -214,6 +214,23 @@ def written_observations(text: str, tools: Iterable[str] = DEFAULT_TOOLS) -> int
     return count
 
 
+_TRAILING_CALL_RE = re.compile(r"<\s*([A-Za-z_][\w-]*)\s*>(.*?)<\s*/\s*\1\s*>\s*(<\|[\w]+\|>\s*)*$", re.DOTALL)
+
+
+def unknown_tool_call(text: str, tools: Iterable[str] = DEFAULT_TOOLS) -> str | None:
+    """The name of a tool the model tried to call that does not exist: `text` ends with a closed
+    `<name>...</name>` block whose tag is neither a role, an observation nor one of `tools`
+    (special tokens such as <|im_end|> after it are allowed). The rollout loop answers it with
+    an error observation naming the tools that do exist."""
+    m = _TRAILING_CALL_RE.search(text)
+    if m is None:
+        return None
+    name = m.group(1).lower()
+    if name in ROLE_TAGS or name == OBSERVATION or name in {t.lower() for t in tools}:
+        return None
+    return name
+
+
 def pending_tool_call(text: str, tools: Iterable[str] = DEFAULT_TOOLS) -> Step | None:
     """The tool call that ends a generation and still awaits its observation, if any."""
     blocks = parse(text, tools).blocks

@@ -7,7 +7,8 @@ whether the policy wrote it (mask 1) or the environment did (mask 0: observation
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
 from dataclasses import dataclass, field
 
 from coa_lab import protocol
@@ -115,17 +116,21 @@ class _CoaTurns:
                 r.finish, r.truncated = "length", True
                 continue
             call = protocol.pending_tool_call(r.text, tools.names())
+            unknown = None if call is not None else protocol.unknown_tool_call(r.text, tools.names())
             if protocol.final_answer(r.text) is not None:
                 r.finish = "answer"
             elif call is not None and gen.finish_reason == "stop":
                 pending.append((i, call))
+            elif unknown is not None and gen.finish_reason in ("stop", "eos"):
+                # a call to a tool that does not exist: say so, as an observation, and go on
+                pending.append((i, protocol.Step("tool", unknown, "")))
             elif gen.finish_reason == "eos":
                 r.finish = "eos"
             elif gen.finish_reason == "length":
                 r.finish, r.truncated = "length", True
             else:
                 r.finish = "no_action"
-        observations = _run_tools(tools, pending, self.seen_calls)
+        observations = _run_tools(tools, pending, self.seen_calls, cfg.tool_timeout_s)
         for (i, call), obs in zip(pending, observations):
             r = self.rollouts[i]
             r.tool_calls += 1
@@ -147,19 +152,36 @@ class _CoaTurns:
         return [replies[i] for i, _ in events]
 
 
-def _run_tools(tools, pending, seen_calls):
-    from coa_lab.tools.base import Observation
+def _run_tools(tools, pending, seen_calls, timeout_s: float = 60.0):
+    """Every pending call at once, each in its own daemon thread, waited for `timeout_s` from
+    the start: a call still running then becomes an error observation and is abandoned (a
+    daemon thread cannot keep the process alive, and no pool slot stays taken by it). Tools
+    never raise (Tool.__call__ shields them), so a thread only ever stores an Observation."""
+    from coa_lab.tools.base import Observation, error_observation
 
-    def one(item):
-        i, call = item
+    results: list[Observation | None] = [None] * len(pending)
+    threads = []
+    names = tools.names()
+    for k, (i, call) in enumerate(pending):
+        if call.tag not in names:
+            results[k] = error_observation(f"unknown tool '{call.tag}'; the tools are: {', '.join(sorted(names))}")
+            continue
         key = f"{call.tag}\x00{call.content.strip()}"
         if key in seen_calls[i]:
             # AFM's environment answers a repeated identical call with a canned observation.
-            return Observation(text=ALREADY_SEARCHED, ok=False, latency_s=0.0)
+            results[k] = Observation(text=ALREADY_SEARCHED, ok=False, latency_s=0.0)
+            continue
         seen_calls[i].add(key)
-        return tools.get(call.tag)(call.content)
 
-    if not pending:
-        return []
-    with ThreadPoolExecutor(max_workers=min(8, len(pending))) as pool:
-        return list(pool.map(one, pending))
+        def work(k=k, call=call):
+            results[k] = tools.get(call.tag)(call.content)
+
+        thread = threading.Thread(target=work, name=f"tool-{call.tag}", daemon=True)
+        thread.start()
+        threads.append((k, call, thread))
+    deadline = time.monotonic() + timeout_s
+    for k, call, thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if results[k] is None:  # still running (or died without a result): the rollout goes on
+            results[k] = error_observation(f"{call.tag}: no answer within {timeout_s:g} s (timed out)", timeout_s)
+    return results
