@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="default: cpu-tiny for demo and eval --suite, cpu-smoke for single stages")
         p.add_argument("--run", type=Path, default=None, help="run folder (default: runs/<preset> or runs/demo)")
         p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
+        if name == "sft":
+            p.add_argument("--resume", action="store_true",
+                           help="continue from the newest checkpoint in RUN/sft/trainer (sft.save_steps)")
         if name == "eval":
             p.add_argument("--policy", default="model", choices=["model", "gold"],
                            help="gold: answer every task with its own label (harness self-test)")
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     stage = {"capture": pipeline.capture, "distill": pipeline.distill, "sft": pipeline.sft,
              "rl": pipeline.rl, "eval": pipeline.evaluate_stage}[args.command]
     run.mkdir(parents=True, exist_ok=True)
-    summary = stage(preset, run)
+    summary = stage(preset, run, resume=True) if getattr(args, "resume", False) else stage(preset, run)
     print(json.dumps({k: v for k, v in summary.items() if k not in ("losses", "metrics")}, indent=2, default=str))
     return 0
 

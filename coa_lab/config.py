@@ -101,6 +101,9 @@ class SFTConfig:
     # False gives observation tokens their labels too: the ablation (notebook 07) that shows
     # what the mask is for. Every real run keeps it True, as the paper does.
     mask_observations: bool = True
+    # a checkpoint (adapter, optimizer, scheduler, step, RNG and data-order state) every this
+    # many optimizer steps, the last 2 kept; `coa-lab sft --resume` continues from the newest
+    save_steps: int = 50
 
 
 @dataclass

@@ -143,13 +143,13 @@ def _count(items) -> dict[str, int]:
     return out
 
 
-def sft(preset: Preset, run: Path) -> dict:
+def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
     from coa_lab.sft import train_sft
     from coa_lab.trajectories import load_records
 
     t0 = time.time()
     records = load_records(run / "distill" / "kept.jsonl")
-    result = train_sft(preset, records, run / "sft")
+    result = train_sft(preset, records, run / "sft", resume=resume)
     summary = {"examples": result.n_examples, "losses": result.losses, "first_loss": result.losses[0],
                "last_loss": result.losses[-1], "trained_tokens": result.trained_tokens,
                "masked_observation_tokens": result.masked_observation_tokens, "seconds": round(time.time() - t0, 1)}

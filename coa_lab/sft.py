@@ -193,8 +193,22 @@ class SFTResult:
     train_seconds: float = 0.0  # the optimisation loop alone (no model loading)
 
 
-def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Path) -> SFTResult:
-    """Fine-tune the preset's model on `records` with observation masking; saves the adapter."""
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    """The newest `trainer/checkpoint-N` folder of an SFT run, or None."""
+    found = [p for p in (Path(out_dir) / "trainer").glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
+             and (p / "trainer_state.json").exists()]
+    return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
+
+
+def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Path, resume: bool = False,
+              callbacks: list | None = None) -> SFTResult:
+    """Fine-tune the preset's model on `records` with observation masking; saves the adapter.
+
+    Every `sft.save_steps` optimizer steps a checkpoint goes to out_dir/trainer/checkpoint-N
+    (transformers' format: adapter, optimizer, scheduler, step, RNG states; the data order is
+    the seeded sampler's, and a resumed run skips the batches already seen). resume=True
+    continues from the newest checkpoint (the loss curve then includes the steps before it);
+    with none there, it starts afresh. callbacks: extra transformers TrainerCallbacks."""
     import torch
     from transformers import TrainingArguments
 
@@ -220,7 +234,9 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         warmup_steps=preset.sft.warmup_ratio,  # transformers 5: a float < 1 is a ratio
         lr_scheduler_type="cosine",
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps" if preset.sft.save_steps > 0 else "no",
+        save_steps=max(1, preset.sft.save_steps),
+        save_total_limit=2,
         report_to="none",
         remove_unused_columns=False,
         # CPU: fp32 master weights with bf16 autocast where the CPU has bf16 units (models.compute_context)
@@ -231,11 +247,13 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         disable_tqdm=True,
     )
     trainer = masked_trainer()(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
-                      data_collator=collator(model, tokenizer.pad_token_id), callbacks=[progress_callback()])
+                      data_collator=collator(model, tokenizer.pad_token_id),
+                      callbacks=[progress_callback(), *(callbacks or [])])
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # its per-step log dicts: the bar shows the loss instead
-    output = trainer.train()
+    checkpoint = latest_checkpoint(out_dir) if resume else None
+    output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     adapter_dir = out_dir / "adapter"
     trainer.model.save_pretrained(adapter_dir)
