@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "sft":
             p.add_argument("--resume", action="store_true",
                            help="continue from the newest checkpoint in RUN/sft/trainer (sft.save_steps)")
+        if name == "rl":
+            p.add_argument("--resume", action="store_true",
+                           help="continue from RUN/rl/checkpoint (rl.save_steps) on the same pool")
         if name == "eval":
             p.add_argument("--policy", default="model", choices=["model", "gold"],
                            help="gold: answer every task with its own label (harness self-test)")

@@ -142,6 +142,9 @@ class RLConfig:
     # pulls back. Measured on the demo without them: RL trained on a farm-heavy pool spread its
     # wording to school problems it never saw there (held-out 0.67 -> 0.59; docs/design.md).
     anchors_per_step: int = 3  # drawn round-robin over question templates (rl.pool.anchor_stream)
+    # a checkpoint (adapter, optimizer, step, RNG and task-stream state) every this many steps;
+    # `coa-lab rl --resume` / train_rl(resume=True) continues from it
+    save_steps: int = 1
 
 
 @dataclass

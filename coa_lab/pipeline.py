@@ -157,9 +157,9 @@ def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
     return summary
 
 
-def rl(preset: Preset, run: Path) -> dict:
-    from coa_lab.rl.pool import select_pool
-    from coa_lab.rl.trainer import train_rl
+def rl(preset: Preset, run: Path, resume: bool = False) -> dict:
+    from coa_lab.rl.pool import PoolReport, select_pool
+    from coa_lab.rl.trainer import latest_rl_checkpoint, train_rl
 
     t0 = time.time()
     # Fresh training questions (the capture tasks are skipped), screened by the SFT policy's
@@ -169,16 +169,23 @@ def rl(preset: Preset, run: Path) -> dict:
     adapter = adapter if adapter.exists() else None
     tools = make_tools(preset)
     r = preset.rl
-    pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset.gen, r.pool_samples,
-                               r.pool_min_pass, r.pool_max_pass, r.temperature)
+    saved = run / "rl" / "pool.json"
+    if resume and saved.exists() and latest_rl_checkpoint(run / "rl") is not None:
+        # the interrupted run's screening, not a new one: a resumed run trains on the same pool
+        old = json.loads(saved.read_text())
+        report = PoolReport(old["candidates"], old["samples"], old["kept"], old["pass_rates"], old["histogram"])
+        pool = [t for t in candidates if t.id in set(old["pool"])]
+    else:
+        pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset.gen, r.pool_samples,
+                                   r.pool_min_pass, r.pool_max_pass, r.temperature)
     fallback = len(pool) < r.prompts_per_step
     if fallback:  # too few mixed-outcome questions: train on every candidate, and say so
         pool = candidates
     anchors = [t for t in candidates if report.pass_rates[t.id] == 1.0]  # solved every time
     _write_json(run / "rl" / "pool.json", {**report.to_dict(), "fallback_to_all_candidates": fallback,
-                                          "anchors": [t.id for t in anchors]})
+                                          "anchors": [t.id for t in anchors], "pool": [t.id for t in pool]})
     screen_seconds = round(time.time() - t0, 1)
-    result = train_rl(preset, pool, tools, run / "rl", adapter=adapter, anchors=anchors)
+    result = train_rl(preset, pool, tools, run / "rl", adapter=adapter, anchors=anchors, resume=resume)
     summary = {"steps": len(result.metrics), "metrics": result.metrics, "pool": len(pool), "anchors": len(anchors),
                "pool_candidates": len(candidates), "pool_histogram": report.histogram,
                "pool_fallback": fallback, "pool_seconds": screen_seconds, "seconds": round(time.time() - t0, 1)}

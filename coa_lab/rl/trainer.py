@@ -230,22 +230,90 @@ def _vllm_sampler(preset: Preset, tokenizer, adapter):
     return gen
 
 
+class _Counted:
+    """An endless task iterator that counts what it handed out: a checkpoint stores the count,
+    and a resumed run replays the same stream up to it (each stream has its own seeded RNG)."""
+
+    def __init__(self, it):
+        self.it, self.n = it, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.n += 1
+        return next(self.it)
+
+    def skip(self, n: int) -> None:
+        for _ in range(n):
+            next(self)
+
+
+def _task_cycle(items: list, seed: int):
+    """Every task once per pass, each pass in a new order from its own RNG."""
+    rng, items = random.Random(seed), list(items)
+    while True:
+        rng.shuffle(items)
+        yield from items
+
+
+CHECKPOINT = "checkpoint"
+
+
+def _save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: _Counted, anchor_iter, n_sampled: int) -> None:
+    """out_dir/checkpoint: the adapter, the optimizer, the next step, every RNG and how far each
+    task stream got. Written beside the old one and swapped in, so a kill mid-save leaves one."""
+    import shutil
+
+    import torch
+
+    tmp, final, old = out_dir / f"{CHECKPOINT}.tmp", out_dir / CHECKPOINT, out_dir / f"{CHECKPOINT}.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "adapter")
+    torch.save({"next_step": step + 1, "optimizer": optimizer.state_dict(), "python_random": random.getstate(),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "pool_drawn": pool_iter.n, "anchors_drawn": anchor_iter.n if anchor_iter is not None else 0,
+                "sampled_records": n_sampled}, tmp / "state.pt")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_rl_checkpoint(out_dir: str | Path) -> Path | None:
+    """The RL checkpoint of a run folder (or the previous one, if a kill hit the swap)."""
+    for name in (CHECKPOINT, f"{CHECKPOINT}.old"):
+        path = Path(out_dir) / name
+        if (path / "state.pt").exists() and (path / "adapter" / "adapter_config.json").exists():
+            return path
+    return None
+
+
 def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adapter: str | Path | None = None,
-             generator_factory=None, anchors: list | None = None) -> RLResult:
+             generator_factory=None, anchors: list | None = None, resume: bool = False) -> RLResult:
     """Run `preset.rl.steps` DAPO steps from `adapter` (the SFT output) on `train_tasks`;
-    `anchors` (questions the SFT policy always solved) are sampled beside them, see collect_batch."""
+    `anchors` (questions the SFT policy always solved) are sampled beside them, see collect_batch.
+
+    Every `rl.save_steps` steps out_dir/checkpoint holds the adapter, the optimizer state, the
+    step, the RNG states and how far the task streams got; resume=True continues from it (the
+    metrics and sampled rollouts before it are kept) and is a fresh start when there is none."""
     import torch
     from tqdm.auto import tqdm
 
     from coa_lab.llm import HFGenerator
     from coa_lab.models import compute_context, load_model
+    from coa_lab.trajectories import load_records
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rl = preset.rl
     random.seed(preset.seed)
     torch.manual_seed(preset.seed)
-    model, tokenizer = load_model(preset.model, adapter=adapter, trainable=True)
+    checkpoint = latest_rl_checkpoint(out_dir) if resume else None
+    state = torch.load(checkpoint / "state.pt", weights_only=False) if checkpoint else None
+    model, tokenizer = load_model(preset.model, adapter=checkpoint / "adapter" if checkpoint else adapter, trainable=True)
     compute = lambda: compute_context(model, preset.model)  # noqa: E731 - same numerics for sampling and training
     if generator_factory is not None:
         generator = generator_factory(model, tokenizer)
@@ -259,18 +327,27 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     if not pool:
         raise ValueError("RL needs training tasks; the pool is empty")
 
-    def cycle(items):
-        while True:
-            random.shuffle(items)
-            yield from items
-
-    pool_iter = cycle(pool)
-    anchor_iter = anchor_stream(list(anchors), preset.seed) if anchors and rl.anchors_per_step > 0 else None
+    pool_iter = _Counted(_task_cycle(pool, preset.seed))
+    anchor_iter = _Counted(anchor_stream(list(anchors), preset.seed)) if anchors and rl.anchors_per_step > 0 else None
     metrics_path = out_dir / "metrics.jsonl"
     adapter_dir = out_dir / "adapter"
-    metrics, sampled = [], []
-    with open(metrics_path, "w") as log, tqdm(total=rl.steps, desc="rl", unit="step") as bar:
-        for step in range(rl.steps):
+    metrics, sampled, first_step = [], [], 0
+    if state is not None:  # continue exactly where the checkpoint left off
+        optimizer.load_state_dict(state["optimizer"])
+        pool_iter.skip(state["pool_drawn"])
+        if anchor_iter is not None:
+            anchor_iter.skip(state["anchors_drawn"])
+        random.setstate(state["python_random"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        first_step = state["next_step"]
+        metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()][:first_step]
+        sampled = load_records(out_dir / "rollouts.jsonl")[: state["sampled_records"]]
+    with open(metrics_path, "w") as log, tqdm(total=rl.steps, initial=first_step, desc="rl", unit="step") as bar:
+        for row in metrics:
+            log.write(json.dumps(row) + "\n")
+        for step in range(first_step, rl.steps):
             t0 = time.time()
             groups, rewards, s = collect_batch(generator, pool_iter, tools, preset, anchor_iter)
             sample_seconds = round(time.time() - t0, 1)
@@ -318,4 +395,6 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             if groups or not (adapter_dir / "adapter_config.json").exists():
                 model.save_pretrained(adapter_dir)
                 tokenizer.save_pretrained(adapter_dir)
+            if rl.save_steps > 0 and ((step + 1) % rl.save_steps == 0 or step + 1 == rl.steps):
+                _save_checkpoint(out_dir, model, optimizer, step, pool_iter, anchor_iter, len(sampled))
     return RLResult(adapter_dir, metrics)
