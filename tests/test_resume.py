@@ -28,7 +28,9 @@ SFT_SCRIPT = textwrap.dedent("""
     from coa_lab.trajectories import load_records
 
     out, records, kill_at, resume = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-    preset = get_preset("cpu-smoke", sft={"epochs": 2, "batch_size": 2, "save_steps": 2, "max_length": 256})
+    # fp32: bf16 autocast on a CPU with bf16 units is not bit-exact from run to run
+    preset = get_preset("cpu-smoke", model={"cpu_autocast_bf16": False},
+                        sft={"epochs": 2, "batch_size": 2, "save_steps": 2, "max_length": 256})
 
     class KillAfterSave(TrainerCallback):  # the crash: SIGKILL, no cleanup, right after a checkpoint
         def on_save(self, args, state, control, **kwargs):
@@ -68,9 +70,9 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_same_loss_curve(tmp_path, 
     resumed_proc, resumed = _sft(tmp_path / "killed", records, kill_at=0, resume=True)
     assert resumed_proc.returncode == 0, resumed_proc.stderr[-2000:]
     assert len(resumed) == len(straight)
-    # steps 1-4 come from the checkpoint's log, 5-8 were trained again. Two runs of the same
-    # seed already differ by up to ~0.006 here (bf16 autocast on this CPU is not bit-exact)
-    assert resumed == pytest.approx(straight, rel=1e-2)
+    # steps 1-4 come from the checkpoint's log, 5-8 were trained again. Two processes of the
+    # same seed differ by up to ~0.15% even in fp32 here (thread-split reductions), so 0.5%
+    assert resumed == pytest.approx(straight, rel=5e-3)
     assert (tmp_path / "killed" / "adapter" / "adapter_config.json").exists()
 
     # the tolerance can fail: resuming with the weights but without the optimizer and
@@ -78,7 +80,7 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_same_loss_curve(tmp_path, 
     for name in ("optimizer.pt", "scheduler.pt"):
         (tmp_path / "amnesia" / "trainer" / "checkpoint-4" / name).unlink()
     _, forgetful = _sft(tmp_path / "amnesia", records, kill_at=0, resume=True)
-    assert forgetful[4:] != pytest.approx(straight[4:], rel=1e-2), (forgetful, straight)
+    assert forgetful[4:] != pytest.approx(straight[4:], rel=5e-3), (forgetful, straight)
 
 
 def test_resume_without_a_checkpoint_starts_afresh(tmp_path, records):
@@ -101,8 +103,9 @@ RL_SCRIPT = textwrap.dedent("""
     from coa_lab.tools.registry import build_tools
 
     out, kill_at_call, resume = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
-    preset = get_preset("cpu-smoke", rl={"steps": 4, "prompts_per_step": 2, "group_size": 2, "max_sampling_rounds": 0,
-                                         "anchors_per_step": 1, "save_steps": 1})
+    preset = get_preset("cpu-smoke", model={"cpu_autocast_bf16": False},
+                        rl={"steps": 4, "prompts_per_step": 2, "group_size": 2, "max_sampling_rounds": 0,
+                            "anchors_per_step": 1, "save_steps": 1})
     tasks = [Task(f"t{i}", f"What is {i} + {i}?", [str(2 * i)], "test", "math", {}) for i in range(1, 7)]
     calls = {"n": 0}
 
@@ -147,14 +150,14 @@ def test_rl_killed_mid_step_resumes_to_the_same_curve(tmp_path):
     killed, none = _rl(tmp_path / "killed", 3, False)  # one generate call a step: dies sampling step 3
     assert killed.returncode == -signal.SIGKILL and none is None
     state = __import__("torch").load(tmp_path / "killed" / "checkpoint" / "state.pt", weights_only=False)
-    assert state["next_step"] == 2 and state["pool_drawn"] == 4 and state["anchors_drawn"] == 2
+    assert state["next_step"] == 2 and state["pool"]["pos"] == 4 and state["anchors_drawn"] == 2
 
     shutil.copytree(tmp_path / "killed", tmp_path / "amnesia")
     proc, resumed = _rl(tmp_path / "killed", 0, True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [r["step"] for r in resumed] == [0, 1, 2, 3]
     assert [r["accuracy"] for r in resumed] == [r["accuracy"] for r in straight]
-    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in straight], rel=1e-2, abs=1e-4)
+    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in straight], rel=5e-3, abs=1e-5)
     assert len(load_records(tmp_path / "killed" / "rollouts.jsonl")) == len(load_records(tmp_path / "straight" / "rollouts.jsonl"))
 
     # the tolerance can fail: the same resume with Adam's moments dropped from the checkpoint
@@ -162,4 +165,4 @@ def test_rl_killed_mid_step_resumes_to_the_same_curve(tmp_path):
     state["optimizer"]["state"] = {}
     torch.save(state, tmp_path / "amnesia" / "checkpoint" / "state.pt")
     _, forgetful = _rl(tmp_path / "amnesia", 0, True)
-    assert [r["loss"] for r in forgetful[2:]] != pytest.approx([r["loss"] for r in straight[2:]], rel=1e-2, abs=1e-4)
+    assert [r["loss"] for r in forgetful[2:]] != pytest.approx([r["loss"] for r in straight[2:]], rel=5e-3, abs=1e-5)

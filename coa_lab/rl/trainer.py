@@ -232,7 +232,7 @@ def _vllm_sampler(preset: Preset, tokenizer, adapter):
 
 class _Counted:
     """An endless task iterator that counts what it handed out: a checkpoint stores the count,
-    and a resumed run replays the same stream up to it (each stream has its own seeded RNG)."""
+    and a resumed run replays the stream up to it (the anchor stream has its own seeded RNG)."""
 
     def __init__(self, it):
         self.it, self.n = it, 0
@@ -249,18 +249,37 @@ class _Counted:
             next(self)
 
 
-def _task_cycle(items: list, seed: int):
-    """Every task once per pass, each pass in a new order from its own RNG."""
-    rng, items = random.Random(seed), list(items)
-    while True:
-        rng.shuffle(items)
-        yield from items
+class _TaskCycle:
+    """Every pool task once per pass, each pass reshuffled with the global `random` (seeded by
+    train_rl). Its order and position go into a checkpoint, so a resumed run draws on exactly."""
+
+    def __init__(self, items: list):
+        self.items, self.pos = list(items), len(items)  # the first draw shuffles
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.pos >= len(self.items):
+            random.shuffle(self.items)
+            self.pos = 0
+        self.pos += 1
+        return self.items[self.pos - 1]
+
+    def state(self) -> dict:
+        return {"order": [t.id for t in self.items], "pos": self.pos}
+
+    def restore(self, state: dict) -> None:
+        by_id = {t.id: t for t in self.items}
+        if set(by_id) != set(state["order"]):
+            raise ValueError("the checkpoint was trained on another pool: resume with the same tasks")
+        self.items, self.pos = [by_id[i] for i in state["order"]], state["pos"]
 
 
 CHECKPOINT = "checkpoint"
 
 
-def _save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: _Counted, anchor_iter, n_sampled: int) -> None:
+def _save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: _TaskCycle, anchor_iter, n_sampled: int) -> None:
     """out_dir/checkpoint: the adapter, the optimizer, the next step, every RNG and how far each
     task stream got. Written beside the old one and swapped in, so a kill mid-save leaves one."""
     import shutil
@@ -273,7 +292,7 @@ def _save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: _Cou
     torch.save({"next_step": step + 1, "optimizer": optimizer.state_dict(), "python_random": random.getstate(),
                 "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "pool_drawn": pool_iter.n, "anchors_drawn": anchor_iter.n if anchor_iter is not None else 0,
+                "pool": pool_iter.state(), "anchors_drawn": anchor_iter.n if anchor_iter is not None else 0,
                 "sampled_records": n_sampled}, tmp / "state.pt")
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
@@ -327,14 +346,14 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     if not pool:
         raise ValueError("RL needs training tasks; the pool is empty")
 
-    pool_iter = _Counted(_task_cycle(pool, preset.seed))
+    pool_iter = _TaskCycle(pool)
     anchor_iter = _Counted(anchor_stream(list(anchors), preset.seed)) if anchors and rl.anchors_per_step > 0 else None
     metrics_path = out_dir / "metrics.jsonl"
     adapter_dir = out_dir / "adapter"
     metrics, sampled, first_step = [], [], 0
     if state is not None:  # continue exactly where the checkpoint left off
         optimizer.load_state_dict(state["optimizer"])
-        pool_iter.skip(state["pool_drawn"])
+        pool_iter.restore(state["pool"])
         if anchor_iter is not None:
             anchor_iter.skip(state["anchors_drawn"])
         random.setstate(state["python_random"])
