@@ -5,6 +5,7 @@ uninterrupted run with the same seed."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from coa_lab.config import get_preset
 from coa_lab.lesson_inputs import SHIPPED_TEACHER_RUNS, distill_teacher_runs
@@ -53,7 +55,7 @@ def records(tmp_path_factory):
 
 def _sft(out, records, kill_at: int, resume: bool):
     proc = subprocess.run([sys.executable, "-c", SFT_SCRIPT, str(out), str(records), str(kill_at), "1" if resume else "0"],
-                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "TQDM_DISABLE": "1"})
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "TQDM_DISABLE": "1"})
     losses = next((json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("LOSSES ")), None)
     return proc, losses
 
@@ -135,7 +137,7 @@ RL_SCRIPT = textwrap.dedent("""
 
 def _rl(out, kill_at_call: int, resume: bool):
     proc = subprocess.run([sys.executable, "-c", RL_SCRIPT, str(out), str(kill_at_call), "1" if resume else "0"],
-                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "TQDM_DISABLE": "1"})
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "TQDM_DISABLE": "1"})
     rows = next((json.loads(line[8:]) for line in proc.stdout.splitlines() if line.startswith("METRICS ")), None)
     return proc, rows
 
@@ -149,7 +151,7 @@ def test_rl_killed_mid_step_resumes_to_the_same_curve(tmp_path):
 
     killed, none = _rl(tmp_path / "killed", 3, False)  # one generate call a step: dies sampling step 3
     assert killed.returncode == -signal.SIGKILL and none is None
-    state = __import__("torch").load(tmp_path / "killed" / "checkpoint" / "state.pt", weights_only=False)
+    state = torch.load(tmp_path / "killed" / "checkpoint" / "state.pt", weights_only=False)
     assert state["next_step"] == 2 and state["pool"]["pos"] == 4 and state["anchors_drawn"] == 2
 
     shutil.copytree(tmp_path / "killed", tmp_path / "amnesia")
@@ -161,7 +163,6 @@ def test_rl_killed_mid_step_resumes_to_the_same_curve(tmp_path):
     assert len(load_records(tmp_path / "killed" / "rollouts.jsonl")) == len(load_records(tmp_path / "straight" / "rollouts.jsonl"))
 
     # the tolerance can fail: the same resume with Adam's moments dropped from the checkpoint
-    torch = __import__("torch")
     state["optimizer"]["state"] = {}
     torch.save(state, tmp_path / "amnesia" / "checkpoint" / "state.pt")
     _, forgetful = _rl(tmp_path / "amnesia", 0, True)
