@@ -32,7 +32,12 @@ class ModelConfig:
 
 @dataclass
 class GenerationConfig:
-    backend: str = "hf"  # "hf" (coa_lab.decoding over any transformers model) or "vllm" (GPU extra)
+    # "hf" (coa_lab.decoding over any transformers model), "vllm" (an in-process engine on this
+    # GPU; GPU extra) or "vllm-server" (a separate `vllm serve` at server_url, e.g. its own node
+    # with tensor parallelism; RL pushes each new LoRA adapter to it; docs/scaling.md)
+    backend: str = "hf"
+    server_url: str | None = None  # "vllm-server": the server's OpenAI-compatible base, ".../v1"
+    server_api_key_env: str = "VLLM_API_KEY"  # the key is read from this variable, never the preset
     # per turn: generation pauses at every tool call. Must exceed the longest turn in the SFT
     # data (105 tokens up to </code> in the demo's kept runs): at 96 the student's correct
     # level-3 programs were cut off before their closing tag and scored 0.

@@ -32,9 +32,14 @@ from coa_lab.decoding import common_prefix
 _MASK_KINDS = {"sdpa": "bool", CPU_SDPA: "bool", "eager": "additive"}
 
 
+def _attention_of(model) -> str | None:
+    """The attention implementation, through a DDP wrapper (`.module`) if there is one."""
+    return getattr(getattr(model, "module", model).config, "_attn_implementation", None)
+
+
 def supported(model) -> bool:
     """Whether the model's attention takes the packed 4D mask."""
-    return getattr(model.config, "_attn_implementation", None) in _MASK_KINDS
+    return _attention_of(model) in _MASK_KINDS
 
 
 @dataclass
@@ -85,7 +90,7 @@ def model_inputs(model, input_ids, position_ids, allowed, segs: list | None = No
     """The forward's keyword arguments for packed rows, the mask in the form the model's
     attention takes (bool for sdpa, additive for eager). With `segs` and the lab's CPU
     attention, attention runs block by block (`cpu_attention.segment_attention`)."""
-    kind = _MASK_KINDS.get(getattr(model.config, "_attn_implementation", None))
+    kind = _MASK_KINDS.get(_attention_of(model))
     if kind is None:
         raise ValueError("this model's attention implementation takes no 4D mask: use padded batches")
     mask = allowed.unsqueeze(1)  # [R, 1, T, T], broadcast over heads
@@ -95,7 +100,7 @@ def model_inputs(model, input_ids, position_ids, allowed, segs: list | None = No
     device = next(model.parameters()).device
     inputs = {"input_ids": input_ids.to(device), "position_ids": position_ids.to(device),
               "attention_mask": mask.to(device), "use_cache": False}
-    if segs is not None and getattr(model.config, "_attn_implementation", None) == CPU_SDPA:
+    if segs is not None and _attention_of(model) == CPU_SDPA:
         inputs["packed_segments"] = segs
     return inputs
 

@@ -17,6 +17,7 @@ import random
 import time
 from pathlib import Path
 
+from coa_lab import distributed
 from coa_lab.config import Preset
 from coa_lab.llm import make_generator
 
@@ -144,6 +145,8 @@ def _count(items) -> dict[str, int]:
 
 
 def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
+    """Masked SFT on distill/kept.jsonl. Under `accelerate launch` every rank runs this and
+    transformers' Trainer splits the batches (coa_lab/distributed.py); rank 0 writes the files."""
     from coa_lab.sft import train_sft
     from coa_lab.trajectories import load_records
 
@@ -153,7 +156,8 @@ def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
     summary = {"examples": result.n_examples, "losses": result.losses, "first_loss": result.losses[0],
                "last_loss": result.losses[-1], "trained_tokens": result.trained_tokens,
                "masked_observation_tokens": result.masked_observation_tokens, "seconds": round(time.time() - t0, 1)}
-    _write_json(run / "sft" / "summary.json", summary)
+    if distributed.is_main():
+        _write_json(run / "sft" / "summary.json", summary)
     return summary
 
 
@@ -162,6 +166,10 @@ def rl(preset: Preset, run: Path, resume: bool = False) -> dict:
     from coa_lab.rl.trainer import latest_rl_checkpoint, train_rl
 
     t0 = time.time()
+    # Under `accelerate launch` every rank runs this stage: they screen the pool together
+    # (each its share of the samples) and train data-parallel; rank 0 writes the files.
+    distributed.init()
+    distributed.require_replicated_policy("RL")
     # Fresh training questions (the capture tasks are skipped), screened by the SFT policy's
     # own pass rate: the paper keeps queries the model solves sometimes but not always.
     candidates = draw_tasks(preset, preset.rl.pool, "train", skip=preset.capture.tasks)
@@ -182,14 +190,16 @@ def rl(preset: Preset, run: Path, resume: bool = False) -> dict:
     if fallback:  # too few mixed-outcome questions: train on every candidate, and say so
         pool = candidates
     anchors = [t for t in candidates if report.pass_rates[t.id] == 1.0]  # solved every time
-    _write_json(run / "rl" / "pool.json", {**report.to_dict(), "fallback_to_all_candidates": fallback,
-                                          "anchors": [t.id for t in anchors], "pool": [t.id for t in pool]})
+    if distributed.is_main():
+        _write_json(run / "rl" / "pool.json", {**report.to_dict(), "fallback_to_all_candidates": fallback,
+                                              "anchors": [t.id for t in anchors], "pool": [t.id for t in pool]})
     screen_seconds = round(time.time() - t0, 1)
     result = train_rl(preset, pool, tools, run / "rl", adapter=adapter, anchors=anchors, resume=resume)
     summary = {"steps": len(result.metrics), "metrics": result.metrics, "pool": len(pool), "anchors": len(anchors),
                "pool_candidates": len(candidates), "pool_histogram": report.histogram,
                "pool_fallback": fallback, "pool_seconds": screen_seconds, "seconds": round(time.time() - t0, 1)}
-    _write_json(run / "rl" / "summary.json", summary)
+    if distributed.is_main():
+        _write_json(run / "rl" / "summary.json", summary)
     return summary
 
 

@@ -167,7 +167,8 @@ def progress_callback():
         bar = None
 
         def on_train_begin(self, args, state, control, **kwargs):
-            self.bar = tqdm(total=state.max_steps, desc="sft", unit="step")
+            # one bar per run, not per rank
+            self.bar = tqdm(total=state.max_steps, desc="sft", unit="step", disable=not state.is_world_process_zero)
 
         def on_step_end(self, args, state, control, **kwargs):
             self.bar.update(state.global_step - self.bar.n)
@@ -210,13 +211,21 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
     continues from the newest checkpoint (the loss curve then includes the steps before it);
     with none there, it starts afresh. callbacks: extra transformers TrainerCallbacks."""
     import torch
-    from transformers import TrainingArguments
 
+    from coa_lab import distributed
     from coa_lab.models import cpu_autocast_enabled, load_model
 
     if not records:
         raise ValueError("no trajectories to train on: distillation kept none (see the filter report)")
+    distributed.init()  # under `accelerate launch`: each rank on its own GPU (or gloo on CPU)
     out_dir = Path(out_dir)
+    cuda = torch.cuda.is_available()
+    # The arguments before the model: under a DeepSpeed ZeRO-3 launch config they switch on
+    # zero.Init, so from_pretrained loads each rank's shard instead of the whole model per GPU.
+    args = _training_args(preset, out_dir, cuda, cpu_autocast_enabled(preset.model))
+    from transformers import set_seed
+
+    set_seed(preset.seed)  # the LoRA initialisation depends on the seed alone (and not on what ran before)
     model, tokenizer = load_model(preset.model, trainable=True)
     rows, masked_obs = [], 0
     for rec in records:
@@ -224,8 +233,32 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
                             mask_observations=preset.sft.mask_observations)
         masked_obs += ex.pop("n_observation_tokens") if preset.sft.mask_observations else 0
         rows.append(ex)
-    cuda = torch.cuda.is_available()
-    args = TrainingArguments(
+    trainer = masked_trainer()(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
+                      data_collator=collator(model, tokenizer.pad_token_id),
+                      callbacks=[progress_callback(), *(callbacks or [])])
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # its per-step log dicts: the bar shows the loss instead
+    checkpoint = latest_checkpoint(out_dir) if resume else None
+    output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    adapter_dir = out_dir / "adapter"
+    trainer.save_model(str(adapter_dir))  # rank 0 writes; FSDP / ZeRO-3 shards are gathered first
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(adapter_dir)
+    distributed.barrier()  # the adapter is complete before any rank goes on to read it
+    trained = sum(sum(1 for label in r["labels"] if label != IGNORE_INDEX) for r in rows)
+    return SFTResult(adapter_dir, losses, len(rows), trained, masked_obs,
+                     total_tokens=int(sum(len(r["input_ids"]) for r in rows) * preset.sft.epochs),
+                     train_seconds=float(output.metrics.get("train_runtime", 0.0)))
+
+
+def _training_args(preset: Preset, out_dir: Path, cuda: bool, cpu_bf16: bool):
+    """transformers' TrainingArguments for a preset. Under `accelerate launch` they also carry
+    the launcher's engine (DDP, FSDP or DeepSpeed, from its config file): nothing here names one."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
         output_dir=str(out_dir / "trainer"),
         num_train_epochs=preset.sft.epochs,
         per_device_train_batch_size=preset.sft.batch_size,
@@ -240,26 +273,11 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
         report_to="none",
         remove_unused_columns=False,
         # CPU: fp32 master weights with bf16 autocast where the CPU has bf16 units (models.compute_context)
-        bf16=(cuda and preset.model.dtype == "bfloat16") or (not cuda and cpu_autocast_enabled(preset.model)),
+        bf16=(cuda and preset.model.dtype == "bfloat16") or (not cuda and cpu_bf16),
         use_cpu=not cuda,
         seed=preset.seed,
         dataloader_num_workers=0,
+        ddp_find_unused_parameters=False,  # every trainable (LoRA or full) weight is in every forward
         disable_tqdm=True,
     )
-    trainer = masked_trainer()(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
-                      data_collator=collator(model, tokenizer.pad_token_id),
-                      callbacks=[progress_callback(), *(callbacks or [])])
-    from transformers.trainer_callback import PrinterCallback
-
-    trainer.remove_callback(PrinterCallback)  # its per-step log dicts: the bar shows the loss instead
-    checkpoint = latest_checkpoint(out_dir) if resume else None
-    output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    adapter_dir = out_dir / "adapter"
-    trainer.model.save_pretrained(adapter_dir)
-    tokenizer.save_pretrained(adapter_dir)
-    trained = sum(sum(1 for label in r["labels"] if label != IGNORE_INDEX) for r in rows)
-    return SFTResult(adapter_dir, losses, len(rows), trained, masked_obs,
-                     total_tokens=int(sum(len(r["input_ids"]) for r in rows) * preset.sft.epochs),
-                     train_seconds=float(output.metrics.get("train_runtime", 0.0)))
 

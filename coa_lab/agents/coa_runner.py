@@ -185,3 +185,20 @@ def _run_tools(tools, pending, seen_calls, timeout_s: float = 60.0):
         if results[k] is None:  # still running (or died without a result): the rollout goes on
             results[k] = error_observation(f"{call.tag}: no answer within {timeout_s:g} s (timed out)", timeout_s)
     return results
+
+
+def run_coa_across_ranks(generator, tasks: list, tools, cfg: GenerationConfig, samples: int = 1,
+                         temperature: float | None = None, progress: str | None = None) -> list[Rollout]:
+    """`run_coa` with the rows (task x sample) split over the ranks of a launched run
+    (coa_lab/distributed.py): each rank rolls out and runs the tools for its contiguous share,
+    and every rank gets all the rollouts back, in the order `run_coa` returns them. One rank:
+    exactly `run_coa`."""
+    from coa_lab import distributed
+
+    if distributed.world_size() <= 1:
+        return run_coa(generator, tasks, tools, cfg, samples=samples, temperature=temperature, progress=progress)
+    rows = [task for task in tasks for _ in range(samples)]
+    mine = [rows[i] for i in distributed.shard(len(rows))]
+    local = run_coa(generator, mine, tools, cfg, samples=1, temperature=temperature,
+                    progress=progress if distributed.is_main() else None) if mine else []
+    return distributed.gather_rows(local)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from coa_lab import protocol
-from coa_lab.agents.coa_runner import run_coa
+from coa_lab.agents.coa_runner import run_coa_across_ranks
 from coa_lab.tasks.scorers import reward as task_reward
 
 
@@ -43,8 +43,9 @@ def keep_by_pass_rate(tasks: list, pass_rates: list[float], min_pass: float, max
 
 def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_pass: float, max_pass: float,
                 temperature: float) -> tuple[list, PoolReport]:
-    """Sample every candidate `samples` times with the policy and keep the mixed-outcome ones."""
-    rollouts = run_coa(generator, candidates, tools, gen_cfg, samples=samples, temperature=temperature,
+    """Sample every candidate `samples` times with the policy and keep the mixed-outcome ones
+    (in a launched run the ranks share the rollouts and all get the same pool)."""
+    rollouts = run_coa_across_ranks(generator, candidates, tools, gen_cfg, samples=samples, temperature=temperature,
                         progress="screen pool")
     rates = []
     for i, _task in enumerate(candidates):

@@ -21,13 +21,15 @@ sampling and training share one process (on GPU the vLLM generator swaps in the 
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from coa_lab import protocol
-from coa_lab.agents.coa_runner import Rollout, run_coa
+from coa_lab import distributed
+from coa_lab.agents.coa_runner import Rollout, run_coa_across_ranks
 from coa_lab.config import Preset
 from coa_lab.rl import dapo
 from coa_lab.rl.pool import anchor_stream
@@ -75,8 +77,9 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
         n_anchors = rl.anchors_per_step if (round_ == 0 and anchor_iter is not None) else 0
         tasks += [next(anchor_iter) for _ in range(n_anchors)]
         need = len(tasks)
-        rollouts = run_coa(generator, tasks, tools, gen, samples=rl.group_size, temperature=rl.temperature,
-                           progress="sample")
+        # in a launched run each rank rolls out its share and all get the whole batch back
+        rollouts = run_coa_across_ranks(generator, tasks, tools, gen, samples=rl.group_size,
+                                        temperature=rl.temperature, progress="sample")
         accuracy, scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer)
         stats["rounds"] = round_ + 1
         stats["sampled_groups"] += need
@@ -178,7 +181,12 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                                   min(len(flat[i].prompt_ids) for i in sub))
         return torch.nn.functional.pad(out, (0, width - longest))
 
-    mini_batches = _micro_batches(groups, rl.mini_batches)
+    mini_batches = _micro_batches(groups, rl.mini_batches)  # the same on every rank: one shared `random`
+    # Data parallel (coa_lab/distributed.py): every rank holds the whole batch; rank r computes
+    # micro-batches r, r + world, ... of each mini-batch, and the gradients are summed before the
+    # step. One process computes them all: the same sum, in another order.
+    world, me = distributed.world_size(), distributed.rank()
+    mine = [[sub for k, sub in enumerate(mb) if k % world == me] for mb in mini_batches]
     # Old log-probs: the first mini-batch is trained before any update, so its own forward IS the
     # sampling policy's (its ratio is exactly 1, detached below); only the later mini-batches
     # need a no-grad pass now, before the weights move. Saves one forward over 1/mini_batches
@@ -186,15 +194,16 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     old = torch.zeros(input_ids.shape, dtype=torch.float32, device=device)
     model.eval()  # no dropout: old and new log-probs must come from the same function
     with torch.no_grad(), compute():
-        for sub in (sub for mb in mini_batches[1:] for sub in mb):
+        for sub in (sub for mb in mine[1:] for sub in mb):
             old[torch.tensor(sub, device=device)] = logprobs(sub).float()
     model.train()  # gradient checkpointing (GPU presets) is only active in train mode
     stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "ratio_mean": [], "approx_kl": [], "high_ratio_frac": []}
+    params = [p for p in model.parameters() if p.requires_grad]
     for n_mb, mb in enumerate(mini_batches):
         n_tokens = float(loss_mask[torch.tensor([i for sub in mb for i in sub], device=device)].sum().clamp(min=1))
         n_sequences = float(sum(len(sub) for sub in mb))
         optimizer.zero_grad()
-        for sub in mb:
+        for sub in mine[n_mb]:
             t = torch.tensor(sub, device=device)
             with compute():
                 logp = logprobs(sub)
@@ -206,28 +215,18 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
             stats["loss"].append(float(loss.detach()))
             for k in ("clip_frac", "ratio_mean", "approx_kl", "high_ratio_frac"):
                 stats[k].append(st[k])
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        distributed.all_reduce_gradients(params)  # the whole mini-batch's gradient on every rank
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-    out = {k: (sum(v) / len(v) if v else 0.0) for k, v in stats.items()}
-    out["loss"] = sum(stats["loss"]) / max(1, len(mini_batches))
+    # per-micro-batch statistics: sums and counts over all ranks, so the log is one process's
+    keys = list(stats)
+    totals = distributed.all_reduce_sum([sum(stats[k]) for k in keys] + [float(len(stats["clip_frac"]))])
+    count = totals[-1]
+    out = {k: (totals[i] / count if count else 0.0) for i, k in enumerate(keys)}
+    out["loss"] = totals[keys.index("loss")] / max(1, len(mini_batches))
     out["train_tokens"] = int(loss_mask.sum())
     out["masked_observation_tokens"] = sum(len(r.response_mask) - sum(r.response_mask) for r in flat)
     return out
-
-
-def _vllm_sampler(preset: Preset, tokenizer, adapter):
-    """vLLM generates from the base weights plus a LoRA adapter it re-reads after each update.
-    Full fine-tuning (lora_r == 0) would need weight broadcasting into the engine, which this
-    lab does not implement: use gen.backend='hf' for it."""
-    from coa_lab.llm import VLLMGenerator
-    from coa_lab.models import resolve_model
-
-    if preset.model.lora_r == 0:
-        raise ValueError("RL with vLLM sampling needs a LoRA policy (model.lora_r > 0); "
-                         "for full fine-tuning set gen.backend='hf'")
-    gen = VLLMGenerator(resolve_model(preset.model.name), tokenizer, max_lora_rank=preset.model.lora_r)
-    gen.set_adapter(adapter)
-    return gen
 
 
 class _Counted:
@@ -286,11 +285,16 @@ def _save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: _Tas
 
     import torch
 
+    # every rank samples with its own torch generator: all of them go into the one checkpoint
+    torch_rngs = distributed.gather_rows([torch.get_rng_state()])
+    cuda_rngs = distributed.gather_rows([torch.cuda.get_rng_state() if torch.cuda.is_available() else None])
+    if not distributed.is_main():  # the replicas are identical: rank 0 writes for all
+        return
     tmp, final, old = out_dir / f"{CHECKPOINT}.tmp", out_dir / CHECKPOINT, out_dir / f"{CHECKPOINT}.old"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp / "adapter")
     torch.save({"next_step": step + 1, "optimizer": optimizer.state_dict(), "python_random": random.getstate(),
-                "torch_rng": torch.get_rng_state(),
+                "torch_rng": torch_rngs[0], "torch_rng_by_rank": torch_rngs, "cuda_rng_by_rank": cuda_rngs,
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                 "pool": pool_iter.state(), "anchors_drawn": anchor_iter.n if anchor_iter is not None else 0,
                 "sampled_records": n_sampled}, tmp / "state.pt")
@@ -311,13 +315,18 @@ def latest_rl_checkpoint(out_dir: str | Path) -> Path | None:
 
 
 def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adapter: str | Path | None = None,
-             generator_factory=None, anchors: list | None = None, resume: bool = False) -> RLResult:
+             generator_factory=None, anchors: list | None = None, resume: bool = False, on_step=None) -> RLResult:
     """Run `preset.rl.steps` DAPO steps from `adapter` (the SFT output) on `train_tasks`;
     `anchors` (questions the SFT policy always solved) are sampled beside them, see collect_batch.
 
     Every `rl.save_steps` steps out_dir/checkpoint holds the adapter, the optimizer state, the
     step, the RNG states and how far the task streams got; resume=True continues from it (the
-    metrics and sampled rollouts before it are kept) and is a fresh start when there is none."""
+    metrics and sampled rollouts before it are kept) and is a fresh start when there is none.
+    on_step(step, row, model): called on every rank after each step (a live plot, a test's probe).
+
+    Under `accelerate launch` (configs/ddp.yaml) every rank runs this function: they draw the
+    same tasks, each rolls out its share, and the update's gradient is summed over the ranks
+    (coa_lab/distributed.py); rank 0 writes the files."""
     import torch
     from tqdm.auto import tqdm
 
@@ -325,19 +334,26 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     from coa_lab.models import compute_context, load_model
     from coa_lab.trajectories import load_records
 
+    distributed.init()  # under `accelerate launch`: join the ranks (a no-op in one process)
+    distributed.require_replicated_policy("RL")
+    main = distributed.is_main()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rl = preset.rl
-    random.seed(preset.seed)
-    torch.manual_seed(preset.seed)
+    random.seed(preset.seed)  # the same on every rank: they draw the same tasks, in the same order
+    torch.manual_seed(preset.seed)  # the same LoRA initialisation on every rank ...
     checkpoint = latest_rl_checkpoint(out_dir) if resume else None
     state = torch.load(checkpoint / "state.pt", weights_only=False) if checkpoint else None
     model, tokenizer = load_model(preset.model, adapter=checkpoint / "adapter" if checkpoint else adapter, trainable=True)
+    if distributed.world_size() > 1:  # ... but each rank samples its own rollouts
+        torch.manual_seed(preset.seed + 1000 * distributed.rank())
     compute = lambda: compute_context(model, preset.model)  # noqa: E731 - same numerics for sampling and training
     if generator_factory is not None:
         generator = generator_factory(model, tokenizer)
-    elif preset.gen.backend == "vllm":
-        generator = _vllm_sampler(preset, tokenizer, adapter)
+    elif preset.gen.backend in ("vllm", "vllm-server"):  # samples from the adapter on disk, pushed after each update
+        from coa_lab.llm import rl_sampler
+
+        generator = rl_sampler(preset, tokenizer, checkpoint / "adapter" if checkpoint else adapter)
     else:  # the policy itself samples: always the current weights
         generator = HFGenerator(model, tokenizer, preset.gen.batch_size, compute=compute)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -357,13 +373,22 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
         if anchor_iter is not None:
             anchor_iter.skip(state["anchors_drawn"])
         random.setstate(state["python_random"])
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] is not None and torch.cuda.is_available():
+        me = distributed.rank()
+        by_rank = state.get("torch_rng_by_rank") or [state["torch_rng"]]
+        if len(by_rank) != distributed.world_size():
+            raise ValueError(f"the checkpoint was written by {len(by_rank)} rank(s); resume it with the same number "
+                             f"of processes (this run has {distributed.world_size()})")
+        torch.set_rng_state(by_rank[me])
+        if torch.cuda.is_available() and (state.get("cuda_rng_by_rank") or [None])[me] is not None:
+            torch.cuda.set_rng_state(state["cuda_rng_by_rank"][me])
+        elif state["cuda_rng"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         first_step = state["next_step"]
         metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()][:first_step]
         sampled = load_records(out_dir / "rollouts.jsonl")[: state["sampled_records"]]
-    with open(metrics_path, "w") as log, tqdm(total=rl.steps, initial=first_step, desc="rl", unit="step") as bar:
+    # rank 0 writes the run folder; the other ranks compute the same rows and keep them in memory
+    with open(metrics_path if main else os.devnull, "w") as log, \
+            tqdm(total=rl.steps, initial=first_step, desc="rl", unit="step", disable=not main) as bar:
         for row in metrics:
             log.write(json.dumps(row) + "\n")
         for step in range(first_step, rl.steps):
@@ -397,7 +422,9 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute))
                 if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
                     step_dir = out_dir / "sampler" / f"step{step}"
-                    model.save_pretrained(step_dir)
+                    if main:
+                        model.save_pretrained(step_dir)
+                    distributed.barrier()  # written before any rank's sampler reads it
                     generator.set_adapter(step_dir)
                 row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
             else:
@@ -409,11 +436,15 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             bar.set_postfix(acc=f"{row['accuracy']:.2f}", kept=f"{len(groups)}/{s['sampled_groups']}")
             log.write(json.dumps(row) + "\n")
             log.flush()
+            if on_step is not None:
+                on_step(step, row, model)
             # After every step, so an interrupted run keeps its latest policy and samples.
-            save_records(sampled, out_dir / "rollouts.jsonl")  # every sampled trajectory, to inspect
-            if groups or not (adapter_dir / "adapter_config.json").exists():
+            if main:
+                save_records(sampled, out_dir / "rollouts.jsonl")  # every sampled trajectory, to inspect
+            if main and (groups or not (adapter_dir / "adapter_config.json").exists()):
                 model.save_pretrained(adapter_dir)
                 tokenizer.save_pretrained(adapter_dir)
             if rl.save_steps > 0 and ((step + 1) % rl.save_steps == 0 or step + 1 == rl.steps):
                 _save_checkpoint(out_dir, model, optimizer, step, pool_iter, anchor_iter, len(sampled))
+    distributed.barrier()  # rank 0's files are complete before any rank returns
     return RLResult(adapter_dir, metrics)
