@@ -223,13 +223,17 @@ def _gpu_3b_qlora() -> Preset:
 
 
 def _multinode_32b() -> Preset:
-    """Many nodes: full 32B fine-tune under accelerate + DeepSpeed ZeRO-3, vLLM server with
-    tensor parallelism for generation (launch with `accelerate launch`, see docs/scaling.md)."""
+    """Many nodes: the paper's full 32B fine-tune for SFT under `accelerate launch` with DeepSpeed
+    ZeRO-3 (configs/zero3.yaml); RL as a LoRA on that model, data parallel, sampling from a
+    separate `vllm serve` node with tensor parallelism (configs/slurm/multinode_32b.sbatch;
+    docs/scaling.md). Full-parameter RL is not supported (no weight broadcast into vLLM)."""
     return Preset(
         name="multinode-32b",
         model=ModelConfig(name="Qwen/Qwen2.5-32B-Instruct", dtype="bfloat16", lora_r=0,
                           gradient_checkpointing=True),
-        gen=GenerationConfig(backend="vllm", max_new_tokens=4096, max_turns=25,
+        # rollouts from a `vllm serve` node (server_url is set by the launch script:
+        # configs/slurm/multinode_32b.sbatch); RL trains a LoRA on the SFT model (--set model.lora_r=64)
+        gen=GenerationConfig(backend="vllm-server", max_new_tokens=4096, max_turns=25,
                              max_response_tokens=30000, batch_size=512, observation_chars=1500),
         capture=CaptureConfig(tasks={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, max_hops=12, teacher_max_new_tokens=4096),
         distill=DistillConfig(imported_per_suite=0, max_trajectory_tokens=32768),

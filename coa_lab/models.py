@@ -165,14 +165,26 @@ def _unknown_model_message(name: str, exc: Exception) -> str:
     )
 
 
+def is_full_model_dir(path: str | Path) -> bool:
+    """A saved whole model (config.json, no adapter_config.json), not a LoRA adapter."""
+    path = Path(path)
+    return (path / "config.json").exists() and not (path / "adapter_config.json").exists()
+
+
 def load_model(cfg: ModelConfig, adapter: str | Path | None = None, trainable: bool = False):
     """(model, tokenizer) for a preset's model config.
 
     adapter: a saved LoRA adapter directory to put on top (SFT output feeding RL/eval).
     trainable: attach a fresh LoRA (lora_r > 0) or leave the full model trainable (lora_r == 0).
     """
+    import dataclasses
+
     import torch
 
+    if adapter is not None and is_full_model_dir(adapter):
+        # a full fine-tune's output (SFT with lora_r=0 saves the whole model where an adapter
+        # would go): it is the base now, and RL / eval put their LoRA (if any) on top of it
+        cfg, adapter = dataclasses.replace(cfg, name=str(adapter)), None
     if cfg.use_unsloth:
         return _load_unsloth(cfg, adapter, trainable)
     from transformers import AutoModelForCausalLM

@@ -48,3 +48,26 @@ def test_4bit_on_cpu_is_refused_with_a_hint():
 def test_missing_optional_package_names_the_extra():
     with pytest.raises(ModelLoadError, match=r"\[gpu\]"):
         require("surely_not_a_real_package_xyz", "gpu")
+
+
+def test_a_full_fine_tune_output_becomes_the_base_for_a_lora(tmp_path):
+    """SFT with lora_r=0 (the 32B preset) saves a whole model where an adapter would go; RL and
+    eval then load it as the base and put their LoRA on top (docs/scaling.md)."""
+    import torch
+
+    from coa_lab.models import is_full_model_dir
+
+    full, tok = load_model(ModelConfig(lora_r=0), trainable=True)
+    with torch.no_grad():
+        full.model.norm.weight.mul_(1.5)  # "trained": differs from the embedded base
+    full.save_pretrained(tmp_path / "sft_out")
+    tok.save_pretrained(tmp_path / "sft_out")
+    assert is_full_model_dir(tmp_path / "sft_out")
+
+    policy, _ = load_model(ModelConfig(lora_r=8), adapter=tmp_path / "sft_out", trainable=True)
+    trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert torch.equal(policy.base_model.model.model.norm.weight, full.model.norm.weight)  # the SFT weights
+
+    policy.save_pretrained(tmp_path / "rl_out")  # an adapter folder: not a whole model
+    assert not is_full_model_dir(tmp_path / "rl_out")

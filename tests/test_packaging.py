@@ -24,7 +24,7 @@ def test_environment_yml_pins_match_pyproject():
 def test_gpu_packages_stay_in_the_gpu_extra():
     project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
     core = " ".join(project["dependencies"])
-    for pkg in ("unsloth", "vllm", "bitsandbytes"):
+    for pkg in ("unsloth", "vllm", "bitsandbytes", "trl"):  # trl: unsloth's dependency only
         assert pkg not in core and any(pkg in d for d in project["optional-dependencies"]["gpu"])
 
 
@@ -33,7 +33,7 @@ def test_cpu_path_imports_no_gpu_package():
         "import sys\n"
         "import coa_lab.pipeline, coa_lab.sft, coa_lab.rl.trainer, coa_lab.evaluate, coa_lab.llm, coa_lab.models\n"
         "import coa_lab.agents.teacher, coa_lab.distill.filters, coa_lab.tools.registry, coa_lab.viz, coa_lab.cli\n"
-        "bad = [m for m in ('unsloth', 'vllm', 'bitsandbytes') if m in sys.modules]\n"
+        "bad = [m for m in ('unsloth', 'vllm', 'bitsandbytes', 'trl') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
