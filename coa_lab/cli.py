@@ -7,6 +7,7 @@
     coa-lab serve embedded:smollm2-135m-instruct --port 8000   # OpenAI-compatible API on loopback
     coa-lab data inspect datasets/math/gsm8k/eval.jsonl
     coa-lab eval --policy gold --suite datasets/math # harness self-test: 100% expected
+    coa-lab plan --preset gpu-3b-qlora --gpus 1 --gpu H100   # memory and time per step, no GPU needed
 """
 
 from __future__ import annotations
@@ -84,6 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p = sub.add_parser("report", help="rewrite report.md and plots of a run folder")
     p.add_argument("run", type=Path)
+    p = sub.add_parser("plan", help="per-GPU memory and time per step of a preset (estimates; docs/scaling.md)")
+    p.add_argument("--preset", default="gpu-3b-qlora", choices=sorted(PRESETS))
+    p.add_argument("--gpus", type=int, default=1, help="GPUs in the job (data parallel / sharded)")
+    p.add_argument("--gpu", default="H100", help="H100, H200, A100 or L4 (coa_lab.memory_plan.GPUS)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--calibration", action="store_true",
+                   help="print the planner against the measured H100 runs (docs/gpu-validation.json) instead")
+    for flag, help_ in [("--mfu", "SFT FLOPs utilisation, recompute counted (default fitted: 0.15)"),
+                        ("--update-mfu", "RL update FLOPs utilisation (default fitted: 0.07)"),
+                        ("--bandwidth-efficiency", "achieved share of HBM bandwidth in decoding (default 0.6)"),
+                        ("--response-fraction", "average rollout length / gen.max_response_tokens (default 0.5)")]:
+        p.add_argument(flag, type=float, default=None, help=help_)
 
     args = parser.parse_args(argv)
     if args.command == "exec":
@@ -106,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         from coa_lab.serve import serve_main
 
         return serve_main(args)
+    if args.command == "plan":
+        return _plan(args)
     if args.command == "report":
         from coa_lab.report import write_report
 
@@ -130,7 +146,34 @@ def main(argv: list[str] | None = None) -> int:
              "rl": pipeline.rl, "eval": pipeline.evaluate_stage}[args.command]
     run.mkdir(parents=True, exist_ok=True)
     summary = stage(preset, run, resume=True) if getattr(args, "resume", False) else stage(preset, run)
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("losses", "metrics")}, indent=2, default=str))
+    from coa_lab import distributed
+
+    if distributed.is_main():  # under `accelerate launch` every rank gets here: one summary
+        print(json.dumps({k: v for k, v in summary.items() if k not in ("losses", "metrics")}, indent=2, default=str))
+    return 0
+
+
+def _plan(args) -> int:
+    """`coa-lab plan`: arithmetic only (no torch, no model download), so it runs anywhere."""
+    from coa_lab import memory_plan
+
+    assumptions = {k: getattr(args, k) for k in ("mfu", "update_mfu", "bandwidth_efficiency", "response_fraction")
+                   if getattr(args, k) is not None}
+    try:
+        if args.calibration:
+            rows = memory_plan.calibration(gpu=args.gpu, **assumptions)
+            if args.json:
+                print(json.dumps([{**vars(r), "ratio": round(r.ratio, 4)} for r in rows], indent=2))
+            else:
+                print(memory_plan.format_calibration(rows))
+            return 0
+        if args.gpus < 1:
+            raise ValueError(f"--gpus must be >= 1, got {args.gpus}")
+        preset = get_preset(args.preset, **parse_overrides(args.set))
+        report = memory_plan.planner_report(preset, args.gpus, args.gpu, **assumptions)
+    except (ValueError, OSError) as exc:  # OSError: --calibration without docs/gpu-validation.json
+        raise SystemExit(f"coa-lab plan: {exc}") from None
+    print(json.dumps(report, indent=2) if args.json else memory_plan.format_report(report))
     return 0
 
 

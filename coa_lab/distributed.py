@@ -33,6 +33,27 @@ from __future__ import annotations
 import os
 
 
+def launch_argv(config: str, processes: int, stage_args: list[str], port: int | None = None) -> list[str]:
+    """The command line that runs `coa-lab STAGE_ARGS...` on `processes` ranks of this machine
+    with configs/CONFIG.yaml (what notebook 06 and tests/test_distributed.py start):
+
+        accelerate launch --config_file configs/ddp.yaml --num_processes 2 -m coa_lab.cli sft --run R
+
+    port: the rendezvous port (default: a free one, so two launches can run side by side)."""
+    import socket
+    import sys
+
+    from coa_lab.paths import CONFIGS_DIR
+
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    path = CONFIGS_DIR / f"{config}.yaml" if "/" not in config and not config.endswith(".yaml") else config
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(path),
+            "--num_processes", str(processes), "--main_process_port", str(port), "-m", "coa_lab.cli", *stage_args]
+
+
 def world_size() -> int:
     """Processes in this run (1 outside a launcher)."""
     import torch.distributed as dist

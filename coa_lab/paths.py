@@ -12,6 +12,8 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The shipped, license-tracked data subsets (see datasets/README.md).
 DATASETS_DIR = Path(os.environ.get("COA_LAB_DATASETS", PROJECT_ROOT / "datasets"))
+# accelerate launch configs (DDP, FSDP, DeepSpeed) and the SLURM example: docs/scaling.md
+CONFIGS_DIR = PROJECT_ROOT / "configs"
 
 
 def cache_dir() -> Path:

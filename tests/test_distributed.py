@@ -11,9 +11,12 @@ drift apart), and the loss curve equals the single-process run that sees the sam
 - RL: the same rollouts (a scripted policy whose answers do not depend on how rows are split
   over ranks, real code-tool calls), the same groups, the same mini-batches; each rank
   back-propagates half of every mini-batch's micro-batches and the gradients are summed.
-Summation order differs (two partial sums instead of one), so the curves agree to rounding,
-not bit for bit: 0.5% relative, the tolerance tests/test_resume.py measured for two runs of
-one process. A negative control shows the tolerance can fail.
+Measured here (fp32, one thread per rank): SFT's curve and parameters equal one process's
+bit for bit (DDP averages the two ranks' gradients; one process sums its two accumulation
+steps: the same additions); RL's first update is bit-identical and later losses differ by
+<5e-7 relative (each rank sums half the micro-batches, then the halves are added: another
+rounding order). The tolerance, 1e-4, sits well above that and far below what the negative
+control (another batch size) moves.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from coa_lab.trajectories import load_records, save_records
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "distributed_worker.py"
 CONFIGS = ROOT / "configs"
-TOL = 5e-3
+TOL = 1e-4
 
 
 def _env() -> dict:

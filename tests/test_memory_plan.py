@@ -1,9 +1,17 @@
-"""coa_lab/memory_plan.py against hand-computed values and against the real model's counts."""
+"""coa_lab/memory_plan.py against hand-computed values, the real model's counts and the H100 runs."""
+
+import json
+import subprocess
+import sys
 
 import pytest
 
+from coa_lab.cli import main
 from coa_lab.config import get_preset
-from coa_lab.memory_plan import GIB, ModelShape, lora_params, plan, qwen2_biases, shape_of
+from coa_lab.memory_plan import (
+    GIB, GPUS, MEMORY_MARGIN, MEMORY_RATIO_RANGE, SFT_TOKENS_PER_S_ERROR, UPDATE_SECONDS_ERROR, VALIDATION_JSON,
+    GPUSpec, ModelShape, attention_flops, calibration, fit_verdict, gpu_spec, lora_params, matmul_params, plan,
+    qwen2_biases, shape_of, step_time, train_flops)
 
 TOY = ModelShape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10, tied=True)
 
@@ -80,3 +88,179 @@ def test_checkpointing_and_4bit_shrink_what_they_should():
     shape = shape_of(preset.model.name)
     linear = shape.layers * shape.layer_linear_params()
     assert p.weights_gib * GIB == linear * 0.5 + (p.params - linear) * 2
+
+
+# --- the time model ------------------------------------------------------------------------------
+
+# 1e-8 TFLOP/s = 10,000 FLOP/s and 1e-6 GB/s = 1,000 B/s: round numbers for hand arithmetic
+TOY_GPU = GPUSpec("toy", bf16_tflops=1e-8, hbm_gbps=1e-6, memory_gib=1.0)
+
+
+def toy_preset(lora_r=2, checkpointing=True):
+    return get_preset("cpu-tiny", model={"lora_r": lora_r, "target_modules": ("q_proj", "down_proj"),
+                                         "gradient_checkpointing": checkpointing},
+                      sft={"batch_size": 2, "grad_accum": 3, "max_length": 16},
+                      gen={"batch_size": 4, "max_response_tokens": 40},
+                      rl={"prompts_per_step": 3, "group_size": 4, "mini_batches": 2, "steps": 10})
+
+
+def test_toy_flops_per_token_by_hand():
+    # N = 2 layers x 576 linear weights + the LM head 10 x 8 = 1232; attention 2 L d s = 2 x 2 x 8 x s
+    assert matmul_params(TOY) == 1232
+    assert attention_flops(TOY, 16) == 512
+    # LoRA r=2 on q and down: A = 160 (test_toy_lora_params_by_hand), s = 16
+    #   forward   2 (1232 + 160) + 512               = 3296
+    #   backward  2 x 1232 + 2 x 512 + 4 x 160        = 4128  (no weight gradients for the frozen base)
+    #   recompute the forward again                   = 3296
+    assert train_flops(TOY, 16, 160, full=False, checkpointing=True) == 3296 + 4128 + 3296
+    assert train_flops(TOY, 16, 160, full=False, checkpointing=False) == 3296 + 4128
+    # full fine-tune: forward 2 x 1232 + 512 = 2976, backward 2 x 1232 + 2 x 512 + 2 x 1232 = 5952
+    assert train_flops(TOY, 16, 0, full=True, checkpointing=True) == 2976 + 5952 + 2976
+
+
+def test_toy_step_time_by_hand():
+    t = step_time(toy_preset(), gpus=2, gpu=TOY_GPU, shape=TOY, mfu=0.5, update_mfu=0.25,
+                  bandwidth_efficiency=0.5, response_fraction=0.5, prompt_tokens=8)
+    # SFT: 2 x 3 x 16 = 96 tokens per GPU at 10,720 FLOPs each, over 10,000 x 0.5 FLOP/s
+    assert t.sft_flops_per_token == 10720 and t.sft_tokens_per_step == 192
+    assert t.sft_seconds == pytest.approx(96 * 10720 / 5000)  # 205.824 s
+    # Rollouts: 3 x 4 = 12, response 0.5 x 40 = 20 tokens, in 3 batches of 4; mean context 8 + 20/2 = 18.
+    # A step reads fp32 weights 1272 x 4 = 5088 B, the adapter 160 x 2 = 320 B, and 4 rows x 32 B x 18 = 2304 B
+    # of KV (32 B per token: K and V x 2 layers x 1 head x 4 x 2 B): 7712 B over 2 GPUs x 1000 B/s x 0.5.
+    # Compute: 4 rows x (2 x 1392 + 2 x 32 x 18) = 15,744 FLOPs over 2 x 10,000 x 0.5: 1.57 s < 7.712 s.
+    assert t.rl_rollouts == 12 and t.rl_response_tokens == 20
+    assert t.rl_rollout_bound == "memory"
+    assert t.rl_rollout_seconds == pytest.approx(3 * 20 * 7712 / 1000)  # 462.72 s
+    # Update: 12 x (8 + 20) = 336 tokens at s = 28: forward 2784 + 896 = 3680, backward 2464 + 1792 + 640
+    # = 4896, recompute 3680; old log-probs for all but the first of 2 mini-batches: + 0.5 x 3680
+    assert t.rl_update_tokens == 336
+    assert t.rl_update_seconds == pytest.approx(336 * (3680 + 4896 + 3680 + 1840) / (2 * 10000 * 0.25))  # 947.25 s
+    assert t.rl_run_hours == pytest.approx(10 * (t.rl_rollout_seconds + t.rl_update_seconds) / 3600)
+    assert t.assumptions == dict(mfu=0.5, update_mfu=0.25, bandwidth_efficiency=0.5, response_fraction=0.5,
+                                 prompt_tokens=8, old_logprob_fraction=0.5)
+
+
+def test_decode_is_compute_bound_when_bandwidth_is_plentiful():
+    fast_memory = GPUSpec("toy", bf16_tflops=1e-8, hbm_gbps=1.0, memory_gib=1.0)
+    t = step_time(toy_preset(), gpus=1, gpu=fast_memory, shape=TOY, mfu=0.5, prompt_tokens=8)
+    assert t.rl_rollout_bound == "compute"
+    assert t.rl_rollout_seconds == pytest.approx(3 * 20 * 15744 / 5000)
+
+
+def test_more_gpus_less_time_per_token():
+    preset = get_preset("gpu-3b-qlora")
+    times = [step_time(preset, gpus) for gpus in (1, 2, 8)]
+    per_token = [t.sft_seconds / t.sft_tokens_per_step for t in times]
+    assert per_token[0] > per_token[1] > per_token[2]
+    assert per_token[0] == pytest.approx(2 * per_token[1])  # data parallel, no communication modelled
+    assert times[0].rl_rollout_seconds > times[1].rl_rollout_seconds > times[2].rl_rollout_seconds
+    assert times[0].rl_update_seconds > times[1].rl_update_seconds > times[2].rl_update_seconds
+
+
+def test_what_should_cost_more_does():
+    assert train_flops(TOY, 16, 160, False, True) > train_flops(TOY, 16, 160, False, False)  # recompute
+    assert train_flops(TOY, 16, 0, True, False) > train_flops(TOY, 16, 160, False, False)  # weight gradients
+    assert train_flops(TOY, 32, 160, False, False) > train_flops(TOY, 16, 160, False, False)  # attention
+    on = step_time(get_preset("gpu-3b-qlora"))
+    off = step_time(get_preset("gpu-3b-qlora", model={"gradient_checkpointing": False}))
+    assert on.sft_flops_per_token > off.sft_flops_per_token and on.sft_seconds > off.sft_seconds
+    h200 = step_time(get_preset("gpu-3b-qlora"), gpu="H200")
+    assert h200.rl_rollout_seconds < on.rl_rollout_seconds  # more bandwidth
+    assert h200.sft_seconds == on.sft_seconds  # same dense bf16 peak
+
+
+def test_gpu_names_and_bad_assumptions_are_clear_errors():
+    assert gpu_spec("h100") is GPUS["H100"] and gpu_spec(TOY_GPU) is TOY_GPU
+    with pytest.raises(ValueError, match="unknown GPU 'V100'"):
+        gpu_spec("V100")
+    with pytest.raises(ValueError, match="gpus"):
+        step_time(get_preset("cpu-tiny"), gpus=0)
+    with pytest.raises(ValueError, match="mfu must be in"):
+        step_time(get_preset("cpu-tiny"), mfu=1.5)
+
+
+def test_fit_verdict_keeps_the_measured_margin():
+    assert fit_verdict(60, 80) == "fits"  # 60 x 1.3 = 78
+    assert fit_verdict(70, 80) == "tight"
+    assert fit_verdict(81, 80) == "does not fit"
+
+
+# --- the planner against the real H100 runs --------------------------------------------------------
+
+
+def test_calibration_stays_within_the_stated_error():
+    data = json.loads(VALIDATION_JSON.read_text())
+    rows = calibration(VALIDATION_JSON)
+    by = {q: [r for r in rows if r.quantity == q] for q in
+          ("sft_tokens_per_s", "update_seconds", "peak_gib", "decode_tokens_per_s")}
+    assert len(by["sft_tokens_per_s"]) == len(data["sft"]) == 4
+    assert len(by["update_seconds"]) == len(data["rl"]) == 2
+    assert len(by["peak_gib"]) == 6
+    assert [r.measured for r in by["sft_tokens_per_s"]] == [r["tokens_per_s"] for r in data["sft"]]
+    for r in by["sft_tokens_per_s"]:
+        assert abs(r.ratio - 1) <= SFT_TOKENS_PER_S_ERROR, (r.run, r.ratio)
+    for r in by["update_seconds"]:
+        assert abs(r.ratio - 1) <= UPDATE_SECONDS_ERROR, (r.run, r.ratio)
+    for r in by["peak_gib"]:
+        assert MEMORY_RATIO_RANGE[0] <= r.ratio <= MEMORY_RATIO_RANGE[1], (r.run, r.ratio)
+        assert r.measured <= r.predicted * MEMORY_MARGIN  # what fit_verdict's "fits" promises
+    # HF generate is launch-bound, far below the bandwidth bound the planner models (docs/scaling.md)
+    assert all(r.ratio > 10 for r in by["decode_tokens_per_s"])
+
+
+def test_at_full_utilisation_the_planner_is_a_lower_bound_on_time():
+    # peak FLOP/s and bandwidth cannot be beaten: no measurement may be faster than the roofline
+    for r in calibration(VALIDATION_JSON, mfu=1.0, update_mfu=1.0, bandwidth_efficiency=1.0):
+        if r.quantity.endswith("tokens_per_s"):
+            assert r.ratio >= 1, r.run
+        elif r.quantity == "update_seconds":
+            assert r.ratio <= 1, r.run
+
+
+# --- coa-lab plan -------------------------------------------------------------------------------
+
+
+def test_plan_cli_text(capsys):
+    assert main(["plan", "--preset", "gpu-3b-qlora", "--gpus", "1"]) == 0
+    out = capsys.readouterr().out
+    for text in ("NVIDIA H100", "weights", "gradients", "optimizer", "without checkpointing", "with checkpointing",
+                 "logits", "KV cache", "train total", "rollout total", "SFT optimizer step", "RL rollouts",
+                 "RL update", "mfu=0.15", "update_mfu=0.07", "bandwidth_efficiency=0.6", "response_fraction=0.5"):
+        assert text in out, text
+    assert "train total" in out and " fits" in out.split("train total")[1].splitlines()[0]
+
+
+def test_plan_cli_json_matches_the_functions(capsys):
+    assert main(["plan", "--preset", "multinode-32b", "--gpus", "16", "--gpu", "h200", "--json",
+                 "--set", "sft.max_length=8192", "--mfu", "0.3"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    preset = get_preset("multinode-32b", sft={"max_length": 8192})
+    assert report["gpus"] == 16 and report["gpu"]["name"] == GPUS["H200"].name
+    assert report["memory_gib"]["train_total_gib"] == round(plan(preset, 16).train_total_gib, 3)
+    t = step_time(preset, 16, "H200", mfu=0.3)
+    assert report["time"]["sft_seconds"] == pytest.approx(t.sft_seconds, rel=1e-3)
+    assert report["time"]["assumptions"]["mfu"] == 0.3
+    assert report["fits"]["train"] in ("fits", "tight", "does not fit")
+
+
+def test_plan_cli_errors():
+    with pytest.raises(SystemExit, match="unknown GPU 'V100'"):
+        main(["plan", "--gpu", "V100"])
+    with pytest.raises(SystemExit, match="gpus must be >= 1"):
+        main(["plan", "--gpus", "0"])
+    with pytest.raises(SystemExit, match="sft has no field"):
+        main(["plan", "--set", "sft.lenght=4"])
+
+
+def test_plan_cli_calibration(capsys):
+    assert main(["plan", "--calibration"]) == 0
+    out = capsys.readouterr().out
+    assert "SFT 8,192 tok, 4-bit" in out and "DAPO" in out and "HF generate" in out
+
+
+def test_plan_needs_neither_torch_nor_transformers():
+    code = ("import sys; from coa_lab.cli import main; main(['plan', '--preset', 'cpu-tiny']); "
+            "main(['plan', '--preset', 'gpu-3b-qlora']); "
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
