@@ -17,25 +17,13 @@ What a remote teacher needs that a local model does not:
 from __future__ import annotations
 
 import os
-import random
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
+from coa_lab.http_client import RETRY_STATUS, AuthError, BackendError, PooledHTTP  # noqa: F401 (re-exported)
 from coa_lab.llm import Generation
 
-RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-
-
-class BackendError(RuntimeError):
-    """A request that failed for good (after retries, or not retryable)."""
-
-
-class AuthError(BackendError):
-    """The endpoint rejected the key: every later request would fail the same way."""
-
-
-class OpenAIChatBackend:
+class OpenAIChatBackend(PooledHTTP):
     """Chat completions from `base_url` (e.g. http://127.0.0.1:8000/v1) for `model`.
 
     concurrency: requests in flight at once; max_retries / backoff_s / max_backoff_s: the retry
@@ -62,33 +50,6 @@ class OpenAIChatBackend:
 
     def __repr__(self) -> str:  # no secrets in notebooks' reprs
         return f"OpenAIChatBackend(base_url={self.base_url!r}, model={self.model!r}, concurrency={self.concurrency})"
-
-    def _http(self):
-        import httpx
-
-        with self._lock:
-            if self._client is None:  # one pooled client, shared by every thread
-                limits = httpx.Limits(max_connections=self.concurrency * 2, max_keepalive_connections=self.concurrency)
-                self._client = httpx.Client(timeout=self.timeout_s, limits=limits)
-            return self._client
-
-    def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-
-    def _scrub(self, text: str) -> str:
-        key = os.environ.get(self.api_key_env)
-        return text.replace(key, "***") if key else text
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return min(self.max_backoff_s, max(0.0, float(retry_after)))
-            except ValueError:
-                pass  # an HTTP date: fall back to our own schedule
-        return min(self.max_backoff_s, self.backoff_s * 2**attempt * random.uniform(0.5, 1.5))
 
     def complete(self, messages: list[dict], max_new_tokens: int, temperature: float = 0.0) -> Generation:
         """One conversation -> one reply, retried on 429/5xx/timeouts."""
@@ -122,11 +83,8 @@ class OpenAIChatBackend:
                 if resp.status_code not in RETRY_STATUS:
                     raise BackendError(self._scrub(f"teacher endpoint {self.base_url} answered {problem}"))
                 retry_after = resp.headers.get("retry-after")
-            if attempt == self.max_retries:
+            if not self._pause_before_retry(attempt, retry_after):
                 break
-            with self._lock:
-                self.retries += 1
-            time.sleep(self._delay(attempt, retry_after))
         raise BackendError(self._scrub(f"teacher endpoint {self.base_url} failed {self.max_retries + 1} times; "
                                        f"last: {problem}"))
 

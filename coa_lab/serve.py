@@ -8,16 +8,30 @@ Then anything that speaks the OpenAI chat API can use it: the lab's own capture 
 (`--set capture.teacher_url=http://127.0.0.1:8000/v1 --set capture.teacher_model=<id>`),
 an LLM judge, or an outside evaluation harness.
 
-    GET  /v1/models             the one model served, under its id
-    POST /v1/chat/completions   messages, max_tokens, temperature, top_p, n, stop, stream
+    GET  /v1/models              the model served, under its id (+ max_model_len), and each
+                                 LoRA adapter loaded at runtime (its `parent` is the model)
+    POST /v1/chat/completions    messages, max_tokens, temperature, top_p, n, stop, stream
+    POST /v1/completions         prompt as text, token ids or a list of either; n, max_tokens,
+                                 temperature, top_p, stop, include_stop_str_in_output,
+                                 skip_special_tokens, return_token_ids (vLLM's field names)
+    POST /v1/load_lora_adapter   {"lora_name", "lora_path"}: a PEFT LoRA folder, then served
+    POST /v1/unload_lora_adapter {"lora_name"}          under its name as a request's `model`
     GET  /health
 
+The completion and LoRA endpoints are a CPU stand-in for the subset of vLLM's OpenAI server
+that coa_lab.llm.VLLMServerGenerator uses (RL sampling from a separate `vllm serve` with LoRA
+hot loading, docs/vllm-server.md): same request fields, same response fields (`token_ids`,
+`stop_reason`), same success strings and 404s. As in vLLM, the LoRA endpoints exist only when
+VLLM_ALLOW_RUNTIME_LORA_UPDATING=True is set in the server's environment (they make the server
+read a folder a client names).
+
 Requests that arrive together are decoded together: a worker thread takes everything queued
-(up to `max_batch` conversations, same sampling settings) and runs ONE batched generate, so
-eight concurrent clients cost about as much as one batch, not eight sequential replies. The
-endpoints are async and only wait on that worker, so the server keeps accepting while it
-decodes. `stream: true` is answered in server-sent-event form, but with the whole reply in
-one chunk (the batch decodes all rows before any is returned).
+(up to `max_batch` rows, same sampling settings and same adapter) and runs ONE batched
+generate, so eight concurrent clients cost about as much as one batch, not eight sequential
+replies. Adapters are loaded, switched and removed on that same thread, between batches (the
+model is not thread-safe). The endpoints are async and only wait on that worker, so the server
+keeps accepting while it decodes. `stream: true` is answered in server-sent-event form, but
+with the whole reply in one chunk (the batch decodes all rows before any is returned).
 
 Built on FastAPI + uvicorn. Bound to 127.0.0.1 by default; `--api-key-env VAR` makes it
 require `Authorization: Bearer $VAR` (the key is read from the environment, never printed).
@@ -26,16 +40,18 @@ require `Authorization: Bearer $VAR` (the key is read from the environment, neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
 import threading
 import time
 import uuid
+import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-
-from typing import Literal
+from pathlib import Path
+from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,11 +67,98 @@ class _Job:
     temperature: float
     top_p: float
     stop: tuple[str, ...]
+    adapter: str | None = None  # a runtime LoRA adapter's name; None: the model as served
     future: Future = field(default_factory=Future)
 
     @property
     def key(self) -> tuple:
-        return (self.max_tokens, self.temperature, self.top_p, self.stop)
+        return (self.adapter, self.max_tokens, self.temperature, self.top_p, self.stop)
+
+
+@dataclass
+class _Call:
+    """Work for the engine thread between batches (loading or removing an adapter)."""
+    fn: Callable[[], object]
+    future: Future = field(default_factory=Future)
+
+
+class LoraAdapters:
+    """LoRA adapters loaded at runtime onto the served model (peft), by name. A batch decodes
+    with one of them active, or with none: the model as served (a model served with --adapter
+    keeps that adapter, peft's "default", for requests that name the served model).
+
+    The first runtime adapter wraps the plain model in a PeftModel; removing the last one
+    unwraps it again. Only the engine thread calls these."""
+
+    def __init__(self, generator):
+        self.generator = generator
+        self.paths: dict[str, str] = {}  # name -> folder
+        model = getattr(generator, "model", None)
+        self.served_adapter = model.active_adapter if _is_peft(model) else None
+
+    def load(self, name: str, path: str) -> None:
+        from peft import PeftConfig, PeftModel
+
+        if name in self.paths:
+            raise _AlreadyLoaded(name)
+        if not any((Path(path) / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
+            raise FileNotFoundError(f"{path} holds no adapter weights (adapter_model.safetensors or .bin)")
+        model = self.generator.model
+        if _is_peft(model):
+            try:
+                model.load_adapter(path, adapter_name=name)
+            except Exception:
+                if name in model.peft_config:
+                    model.delete_adapter(name)
+                raise
+        else:
+            config = PeftConfig.from_pretrained(path)
+            config.inference_mode = True
+            wrapped = PeftModel(model, config, adapter_name=name)
+            try:
+                wrapped.load_adapter(path, adapter_name=name)
+            except Exception:
+                wrapped.unload()  # takes the injected LoRA layers out of the model again
+                raise
+            wrapped.eval()
+            self.generator.model = wrapped
+        self.paths[name] = path
+
+    def unload(self, name: str) -> None:
+        if name not in self.paths:
+            raise KeyError(name)
+        model = self.generator.model
+        del self.paths[name]
+        if not self.paths and self.served_adapter is None:
+            self.generator.model = model.unload()  # the last one: back to the plain model
+        else:
+            with warnings.catch_warnings():  # "adapter X was active which is now deleted": each batch sets its own
+                warnings.simplefilter("ignore")
+                model.delete_adapter(name)
+
+    @contextlib.contextmanager
+    def active(self, name: str | None):
+        model = getattr(self.generator, "model", None)
+        if name is not None and name not in self.paths:
+            raise RuntimeError(f"the LoRA adapter {name!r} was unloaded before its batch ran")
+        if not _is_peft(model):
+            yield
+            return
+        target = name or self.served_adapter
+        if target is None:
+            with model.disable_adapter():
+                yield
+        else:
+            model.set_adapter(target)
+            yield
+
+
+def _is_peft(model) -> bool:
+    return model is not None and hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+class _AlreadyLoaded(Exception):
+    pass
 
 
 class BatchingEngine:
@@ -63,15 +166,17 @@ class BatchingEngine:
 
     generator: anything with `.tokenizer` and `.generate(prompts, max_new_tokens, temperature,
     top_p, stop)` (coa_lab.llm.HFGenerator). wait_s: how long the worker lingers for more jobs
-    once one arrives (requests of one client burst arrive a few ms apart)."""
+    once one arrives (requests of one client burst arrive a few ms apart). adapters: what
+    switches LoRA adapters around a batch (default: LoraAdapters on generator.model)."""
 
-    def __init__(self, generator, max_batch: int = 32, wait_s: float = 0.02):
+    def __init__(self, generator, max_batch: int = 32, wait_s: float = 0.02, adapters=None):
         self.generator = generator
         self.tokenizer = generator.tokenizer
         self.max_batch = max(1, max_batch)
         self.wait_s = wait_s
+        self.adapters = adapters if adapters is not None else LoraAdapters(generator)
         self.batches = 0  # for tests and /health: how many batched generate calls ran
-        self._queue: queue.Queue[_Job] = queue.Queue()
+        self._queue: queue.Queue[_Job | _Call] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="coa-serve-engine", daemon=True)
         self._thread.start()
 
@@ -79,25 +184,34 @@ class BatchingEngine:
         self._queue.put(job)
         return job.future
 
-    def _take(self) -> list[_Job]:
-        jobs = [self._queue.get()]
+    def call(self, fn: Callable[[], object]) -> Future:
+        """Run fn on the engine thread, after the jobs queued before it."""
+        item = _Call(fn)
+        self._queue.put(item)
+        return item.future
+
+    def _take(self) -> list[_Job | _Call]:
+        items = [self._queue.get()]
         deadline = time.monotonic() + self.wait_s
-        while len(jobs) < self.max_batch:
+        while len(items) < self.max_batch and not isinstance(items[-1], _Call):
             try:
-                jobs.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                items.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
             except queue.Empty:
                 break
-        return jobs
+        return items
 
     def _loop(self) -> None:
         while True:
-            jobs = self._take()
+            items = self._take()
             groups: dict[tuple, list[_Job]] = {}
-            for j in jobs:
-                groups.setdefault(j.key, []).append(j)
-            for (max_tokens, temperature, top_p, stop), group in groups.items():
+            for j in items:
+                if isinstance(j, _Job):
+                    groups.setdefault(j.key, []).append(j)
+            for (adapter, max_tokens, temperature, top_p, stop), group in groups.items():
                 try:
-                    gens = self.generator.generate([j.prompt for j in group], max_tokens, temperature, top_p, stop)
+                    with self.adapters.active(adapter):  # one adapter per batch
+                        gens = self.generator.generate([j.prompt for j in group], max_tokens, temperature, top_p,
+                                                       stop)
                     self.batches += 1
                 except Exception as exc:  # a failed batch fails its requests, not the server
                     for j in group:
@@ -105,9 +219,15 @@ class BatchingEngine:
                     continue
                 for j, g in zip(group, gens):
                     j.future.set_result(g)
+            for c in items:  # _take ends a list at its first call: the jobs before it ran first
+                if isinstance(c, _Call):
+                    try:
+                        c.future.set_result(c.fn())
+                    except Exception as exc:
+                        c.future.set_exception(exc)
 
 
-# The request schema (module level: FastAPI resolves the endpoint's annotations here).
+# The request schemas (module level: FastAPI resolves the endpoints' annotations here).
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant", "tool", "developer"]
@@ -132,6 +252,64 @@ class ChatRequest(BaseModel):
     stream: bool = False
 
 
+class CompletionRequest(BaseModel):
+    """vLLM's /v1/completions fields that the lab's decoder can honour (vLLM:
+    vllm/entrypoints/openai/completion/protocol.py, CompletionRequest); fields it cannot honour
+    are refused with a 400 rather than ignored."""
+    model_config = ConfigDict(extra="ignore")  # seed, user, request_id, ... are ignored
+    model: str | None = None  # None: the model as served
+    prompt: list[int] | list[list[int]] | str | list[str]
+    max_tokens: int | None = Field(default=16, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    stop: str | list[str] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True  # decode() of a fast tokenizer adds none either way
+    add_special_tokens: bool = True  # text prompts only
+    return_token_ids: bool | None = None
+    stream: bool = False
+    # accepted only at values that change nothing (what VLLMServerGenerator sends)
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    # not supported here
+    echo: bool = False
+    logprobs: int | None = None
+    use_beam_search: bool = False
+
+    def unsupported(self) -> str | None:
+        if self.echo:
+            return "echo"
+        if self.logprobs is not None:
+            return "logprobs"
+        if self.use_beam_search:
+            return "use_beam_search"
+        if self.top_k not in (None, 0, -1):
+            return "top_k other than -1 / 0"
+        if self.min_p not in (None, 0.0):
+            return "min_p other than 0"
+        if self.repetition_penalty not in (None, 1.0):
+            return "repetition_penalty other than 1"
+        if self.presence_penalty not in (None, 0.0) or self.frequency_penalty not in (None, 0.0):
+            return "presence / frequency penalties"
+        return None
+
+
+class LoadLoRAAdapterRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # load_inplace, ...
+    lora_name: str = ""
+    lora_path: str = ""
+
+
+class UnloadLoRAAdapterRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    lora_name: str = ""
+
+
 def reply_text(tokenizer, gen, stop: tuple[str, ...]) -> tuple[str, str]:
     """(text, OpenAI finish_reason) of a generation: special tokens dropped, and the output
     cut before the first stop string (OpenAI does not return the stop sequence)."""
@@ -142,17 +320,64 @@ def reply_text(tokenizer, gen, stop: tuple[str, ...]) -> tuple[str, str]:
     return text, "length" if gen.finish_reason == "length" else "stop"
 
 
-def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_key_env: str | None = None):
-    """The FastAPI app serving `engine` as `model_id`."""
+def completion_choice(tokenizer, gen, stop: tuple[str, ...], include_stop: bool, skip_special: bool) -> dict:
+    """A vLLM completion choice for a generation: `text` as vLLM detokenizes it (cut after the
+    stop string when include_stop, before it otherwise; a stop token's text only with
+    include_stop), `finish_reason` "stop" / "length", `stop_reason` the stop string (None for
+    EOS), and `token_ids` every sampled id (the EOS token included, as in vLLM)."""
+    ids = list(gen.token_ids)
+    text_ids = ids[:-1] if gen.finish_reason == "eos" and not include_stop else ids
+    text = tokenizer.decode(text_ids, skip_special_tokens=skip_special)
+    stop_reason = None
+    if gen.finish_reason == "stop":
+        hits = [(text.find(s), -len(s), s) for s in stop if s and s in text]
+        if hits:
+            pos, _, stop_reason = min(hits)
+            text = text[:pos + len(stop_reason)] if include_stop else text[:pos]
+        else:  # matched across special tokens that this text leaves out
+            raw = tokenizer.decode(ids, skip_special_tokens=False)
+            stop_reason = next((s for s in stop if s and s in raw), None)
+    return {"text": text, "logprobs": None, "finish_reason": "length" if gen.finish_reason == "length" else "stop",
+            "stop_reason": stop_reason, "token_ids": ids}
+
+
+def runtime_lora_allowed() -> bool:
+    """vLLM's switch for the LoRA endpoints (vllm/envs.py reads it the same way)."""
+    return os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower() in ("1", "true")
+
+
+def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_key_env: str | None = None,
+               runtime_lora: bool | None = None):
+    """The FastAPI app serving `engine` as `model_id`. runtime_lora: whether the LoRA load /
+    unload endpoints exist (None: VLLM_ALLOW_RUNTIME_LORA_UPDATING decides, as in vLLM)."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
     app = FastAPI(title="coa-lab serve", version="1")
     created = int(time.time())
+    runtime_lora = runtime_lora_allowed() if runtime_lora is None else runtime_lora
+    adapters = engine.adapters
 
     def error(status: int, message: str, kind: str, code: str | None = None) -> JSONResponse:
         return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": code}})
+
+    def vllm_error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+        """vLLM's ErrorResponse shape (vllm/entrypoints/openai/engine/protocol.py)."""
+        return JSONResponse(status_code=status,
+                            content={"error": {"message": message, "type": kind, "param": param, "code": status}})
+
+    def served(name: str | None) -> tuple[bool, str | None]:
+        """(known, adapter): the served model itself (adapter None) or a loaded LoRA."""
+        if name is None or name == model_id:
+            return True, None
+        if name in adapters.paths:
+            return True, name
+        return False, None
+
+    def vocab_size() -> int:
+        config = getattr(getattr(engine.generator, "model", None), "config", None)
+        return int(getattr(config, "vocab_size", 0) or len(engine.tokenizer))
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_request, exc: RequestValidationError):
@@ -169,17 +394,22 @@ def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_k
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": model_id, "batches": engine.batches}
+        return {"status": "ok", "model": model_id, "batches": engine.batches, "adapters": sorted(adapters.paths)}
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_id, "object": "model", "created": created,
-                                            "owned_by": "coa-lab"}]}
+        cards = [{"id": model_id, "object": "model", "created": created, "owned_by": "coa-lab", "root": model_id,
+                  "parent": None, "max_model_len": context_length}]
+        cards += [{"id": name, "object": "model", "created": created, "owned_by": "coa-lab", "root": path,
+                   "parent": model_id, "max_model_len": None} for name, path in list(adapters.paths.items())]
+        return {"object": "list", "data": cards}
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest):
-        if req.model != model_id:
-            return error(404, f"model {req.model!r} is not served here; this server serves {model_id!r}",
+        known, adapter = served(req.model)
+        if not known:
+            return error(404, f"model {req.model!r} is not served here; this server serves {model_id!r}"
+                         + (f" and the LoRA adapters {sorted(adapters.paths)}" if adapters.paths else ""),
                          "invalid_request_error", "model_not_found")
         messages = [{"role": m.role if m.role != "developer" else "system", "content": m.text()} for m in req.messages]
         try:
@@ -192,7 +422,7 @@ def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_k
             return error(400, f"{len(prompt)} prompt tokens + {wanted or 1} to generate exceed the model's context "
                          f"of {context_length}", "invalid_request_error", "context_length_exceeded")
         stop = tuple([req.stop] if isinstance(req.stop, str) else (req.stop or []))
-        jobs = [_Job(prompt, wanted or min(512, room), req.temperature, req.top_p, stop) for _ in range(req.n)]
+        jobs = [_Job(prompt, wanted or min(512, room), req.temperature, req.top_p, stop, adapter) for _ in range(req.n)]
         try:
             gens = await asyncio.gather(*(asyncio.wrap_future(engine.submit(j)) for j in jobs))
         except Exception as exc:
@@ -206,11 +436,11 @@ def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_k
         usage = {"prompt_tokens": len(prompt), "completion_tokens": completion,
                  "total_tokens": len(prompt) + completion}
         if not req.stream:
-            return {"id": rid, "object": "chat.completion", "created": now, "model": model_id,
+            return {"id": rid, "object": "chat.completion", "created": now, "model": req.model,
                     "choices": choices, "usage": usage}
 
         def events():
-            base = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": model_id}
+            base = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": req.model}
             for c in choices:
                 for delta, finish in (({"role": "assistant", "content": c["message"]["content"]}, None),
                                       ({}, c["finish_reason"])):
@@ -219,6 +449,115 @@ def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_k
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest):
+        known, adapter = served(req.model)
+        if not known:  # vLLM's answer (OpenAIServingModels.check_model)
+            return vllm_error(404, f"The model `{req.model}` does not exist.", "NotFoundError", "model")
+        unsupported = req.unsupported()
+        if unsupported:
+            return vllm_error(400, f"{unsupported} is not supported by coa-lab serve", "BadRequestError")
+        if isinstance(req.prompt, str):
+            texts_or_ids = [req.prompt]
+        elif req.prompt and isinstance(req.prompt[0], int):
+            texts_or_ids = [req.prompt]
+        else:
+            texts_or_ids = list(req.prompt)
+        if not texts_or_ids:
+            return vllm_error(400, "Either prompt or prompt_embeds must be provided and non-empty.", "BadRequestError",
+                              "prompt")
+        prompts: list[list[int]] = []
+        for p in texts_or_ids:
+            ids = (engine.tokenizer(p, add_special_tokens=req.add_special_tokens)["input_ids"] if isinstance(p, str)
+                   else list(p))
+            if not ids:
+                return vllm_error(400, "Either prompt or prompt_embeds must be provided and non-empty.",
+                                  "BadRequestError", "prompt")
+            prompts.append(ids)
+        vocab = vocab_size()
+        bad = next((t for p in prompts for t in p if not 0 <= t < vocab), None)
+        if bad is not None:
+            return vllm_error(400, f"Token id {bad} is out of vocabulary (size {vocab})", "BadRequestError", "prompt")
+        max_tokens = req.max_tokens or 16
+        for p in prompts:
+            if len(p) + max_tokens > context_length:
+                return vllm_error(400, f"This model's maximum context length is {context_length} tokens. However, you "
+                                  f"requested {len(p) + max_tokens} tokens ({len(p)} in the messages, {max_tokens} in "
+                                  f"the completion). Please reduce the length of the messages or completion.",
+                                  "BadRequestError", "max_tokens")
+        stop = tuple([req.stop] if isinstance(req.stop, str) else (req.stop or []))
+        temperature = 1.0 if req.temperature is None else req.temperature
+        top_p = 1.0 if req.top_p is None else req.top_p
+        jobs = [_Job(p, max_tokens, temperature, top_p, stop, adapter) for p in prompts for _ in range(req.n)]
+        try:
+            gens = await asyncio.gather(*(asyncio.wrap_future(engine.submit(j)) for j in jobs))
+        except Exception as exc:
+            return vllm_error(500, f"generation failed: {type(exc).__name__}: {exc}", "InternalServerError")
+        choices = []
+        for i, g in enumerate(gens):  # prompt-major: choice i*n + j is prompt i's j-th sample, as in vLLM
+            c = {"index": i, **completion_choice(engine.tokenizer, g, stop, req.include_stop_str_in_output,
+                                                 req.skip_special_tokens)}
+            c["prompt_token_ids"] = prompts[i // req.n] if req.return_token_ids else None
+            if not req.return_token_ids:
+                c["token_ids"] = None
+            choices.append(c)
+        prompt_tokens = sum(len(p) for p in prompts)
+        completion_tokens = sum(len(g.token_ids) for g in gens)
+        body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": req.model or model_id, "choices": choices,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens}}
+        if not req.stream:
+            return body
+
+        def events():
+            for c in choices:
+                yield f"data: {json.dumps({**body, 'choices': [c], 'usage': None})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    if runtime_lora:  # vLLM registers these only with VLLM_ALLOW_RUNTIME_LORA_UPDATING
+
+        @app.post("/v1/load_lora_adapter")
+        async def load_lora_adapter(req: LoadLoRAAdapterRequest):
+            name, path = req.lora_name, req.lora_path
+            if not name or not path:
+                return vllm_error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
+            if name == model_id:
+                return vllm_error(400, f"'{name}' is the served model's own name; pick another lora_name.",
+                                  "InvalidUserInput")
+            already = (f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in "
+                       "place, set 'load_inplace' to True.")
+            if name in adapters.paths:
+                return vllm_error(400, already, "InvalidUserInput")
+            if not (Path(path) / "adapter_config.json").is_file():  # vLLM's LoRAAdapterNotFoundError
+                return vllm_error(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
+            try:
+                await asyncio.wrap_future(engine.call(lambda: adapters.load(name, path)))
+            except _AlreadyLoaded:
+                return vllm_error(400, already, "InvalidUserInput")
+            except Exception as exc:  # not a LoRA for this model (shapes, modules), unreadable weights, ...
+                return vllm_error(500, f"Loading lora {name} failed: {type(exc).__name__}: {exc}",
+                                  "InternalServerError")
+            return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
+
+        @app.post("/v1/unload_lora_adapter")
+        async def unload_lora_adapter(req: UnloadLoRAAdapterRequest):
+            name = req.lora_name
+            if not name:
+                return vllm_error(400, "'lora_name' needs to be provided to unload a LoRA adapter.", "InvalidUserInput")
+            if name not in adapters.paths:
+                return vllm_error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+            try:
+                await asyncio.wrap_future(engine.call(lambda: adapters.unload(name)))
+            except KeyError:  # a concurrent unload got there first
+                return vllm_error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+            except Exception as exc:
+                return vllm_error(500, f"Failed to remove lora adapter '{name}': {type(exc).__name__}: {exc}",
+                                  "InternalServerError")
+            return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
     return app
 
@@ -268,8 +607,12 @@ def serve_main(args) -> int:
     if not loopback and not args.api_key_env:
         print(f"warning: serving on {args.host} without --api-key-env: anyone who can reach it can use the model")
     context = int(getattr(generator.model.config, "max_position_embeddings", 2048))
-    app = create_app(BatchingEngine(generator, args.max_batch), model_id, context, args.api_key_env)
+    runtime_lora = runtime_lora_allowed()
+    app = create_app(BatchingEngine(generator, args.max_batch), model_id, context, args.api_key_env, runtime_lora)
     print(f"coa-lab serve: {model_id!r} ({model_name}{' + ' + adapter if adapter else ''}) on "
           f"http://{args.host}:{args.port}/v1", flush=True)
+    if runtime_lora:
+        print("coa-lab serve: runtime LoRA loading is on (VLLM_ALLOW_RUNTIME_LORA_UPDATING): clients can make this "
+              "server read adapter folders by path", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

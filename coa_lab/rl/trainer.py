@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,7 +282,6 @@ CHECKPOINT = "checkpoint"
 def _save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: _TaskCycle, anchor_iter, n_sampled: int) -> None:
     """out_dir/checkpoint: the adapter, the optimizer, the next step, every RNG and how far each
     task stream got. Written beside the old one and swapped in, so a kill mid-save leaves one."""
-    import shutil
 
     import torch
 
@@ -426,6 +426,11 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                         model.save_pretrained(step_dir)
                     distributed.barrier()  # written before any rank's sampler reads it
                     generator.set_adapter(step_dir)
+                    distributed.barrier()  # loaded everywhere: the older step folders can go
+                    if main:  # keep this one and the one before (a 32B rank-64 adapter is ~1 GB)
+                        for old in (out_dir / "sampler").glob("step*"):
+                            if old.name not in (step_dir.name, f"step{step - 1}"):
+                                shutil.rmtree(old, ignore_errors=True)
                 row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
             else:
                 row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
