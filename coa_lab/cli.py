@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plan", help="per-GPU memory and time per step of a preset (estimates; docs/scaling.md)")
     p.add_argument("--preset", default="gpu-3b-qlora", choices=sorted(PRESETS))
     p.add_argument("--gpus", type=int, default=1, help="GPUs in the job (data parallel / sharded)")
-    p.add_argument("--gpu", default="H100", help="H100, H200, A100 or L4 (coa_lab.memory_plan.GPUS)")
+    p.add_argument("--gpu", default="H100", help="H100, H200, A100 or L4 (coa_lab.step_time.GPUS)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--calibration", action="store_true",
@@ -155,25 +155,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def _plan(args) -> int:
     """`coa-lab plan`: arithmetic only (no torch, no model download), so it runs anywhere."""
-    from coa_lab import memory_plan
+    from coa_lab import plan_report
 
     assumptions = {k: getattr(args, k) for k in ("mfu", "update_mfu", "bandwidth_efficiency", "response_fraction")
                    if getattr(args, k) is not None}
     try:
         if args.calibration:
-            rows = memory_plan.calibration(gpu=args.gpu, **assumptions)
+            rows = plan_report.calibration(gpu=args.gpu, **assumptions)
             if args.json:
                 print(json.dumps([{**vars(r), "ratio": round(r.ratio, 4)} for r in rows], indent=2))
             else:
-                print(memory_plan.format_calibration(rows))
+                print(plan_report.format_calibration(rows))
             return 0
         if args.gpus < 1:
             raise ValueError(f"--gpus must be >= 1, got {args.gpus}")
         preset = get_preset(args.preset, **parse_overrides(args.set))
-        report = memory_plan.planner_report(preset, args.gpus, args.gpu, **assumptions)
+        report = plan_report.planner_report(preset, args.gpus, args.gpu, **assumptions)
     except (ValueError, OSError) as exc:  # OSError: --calibration without docs/gpu-validation.json
         raise SystemExit(f"coa-lab plan: {exc}") from None
-    print(json.dumps(report, indent=2) if args.json else memory_plan.format_report(report))
+    print(json.dumps(report, indent=2) if args.json else plan_report.format_report(report))
     return 0
 
 

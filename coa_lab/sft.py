@@ -154,6 +154,22 @@ def masked_trainer():
                 loss = loss * self.accelerator.num_processes
             return (loss, None) if return_outputs else loss
 
+        def _load_optimizer_and_scheduler(self, checkpoint):
+            import os
+
+            import torch
+
+            if checkpoint is None or torch.cuda.is_available() or self.args.world_size <= 1:
+                return super()._load_optimizer_and_scheduler(checkpoint)
+            # CPU ranks under `accelerate launch` (gloo): transformers maps the optimizer state to
+            # args.device, "cpu:0", a location torch.load cannot restore to; the state is CPU-resident
+            # anyway (tests/test_distributed.py resumes SFT on two CPU ranks)
+            from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
+
+            self.optimizer.load_state_dict(torch.load(os.path.join(checkpoint, OPTIMIZER_NAME), map_location="cpu",
+                                                      weights_only=True))
+            self.lr_scheduler.load_state_dict(torch.load(os.path.join(checkpoint, SCHEDULER_NAME), weights_only=True))
+
     return MaskedLMTrainer
 
 

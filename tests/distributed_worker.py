@@ -33,7 +33,7 @@ def probe_file(out: Path):
     return open(out / f"probe-rank{distributed.rank()}.jsonl", "w")
 
 
-def run_sft(out: Path, records: Path, accum: int) -> None:
+def run_sft(out: Path, records: Path, accum: int, resume: bool) -> None:
     from transformers import TrainerCallback
 
     from coa_lab.sft import train_sft
@@ -50,7 +50,7 @@ def run_sft(out: Path, records: Path, accum: int) -> None:
                 log.write(json.dumps({"step": state.global_step, "loss": logs["loss"], "params": digest(model)}) + "\n")
                 log.flush()
 
-    train_sft(preset, load_records(records), out / "sft", callbacks=[Probe()], resume=False)
+    train_sft(preset, load_records(records), out / "sft", callbacks=[Probe()], resume=resume)
 
 
 def run_rl(out: Path, steps: int, resume: bool) -> None:
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     distributed.init()
     if args.mode == "sft":
-        run_sft(args.out, args.records, args.accum)
+        run_sft(args.out, args.records, args.accum, args.resume)
     else:
         run_rl(args.out, args.steps, args.resume)
     return 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,13 @@ def test_sft_under_accelerate_launch_matches_one_process(tmp_path, records):
     assert worst < TOL, worst
     assert (tmp_path / "two" / "sft" / "trainer" / "checkpoint-4" / "optimizer.pt").exists()  # rank 0 saved
 
+    # resume under the launcher: from checkpoint-2 (as if killed after step 2), steps 3-4 again
+    shutil.copytree(tmp_path / "two" / "sft" / "trainer" / "checkpoint-2", tmp_path / "cut" / "sft" / "trainer" / "checkpoint-2")
+    _ok(launch("sft", tmp_path / "cut", records, "--resume"))
+    r0, r1 = probes(tmp_path / "cut", 2)
+    assert [p["step"] for p in r0] == [3, 4] and [p["params"] for p in r0] == [p["params"] for p in r1]
+    assert [p["loss"] for p in r0] == pytest.approx([p["loss"] for p in rank0[2:]], rel=TOL)
+
     # negative control: one process WITHOUT accumulation takes other steps (batch 1, not 2)
     _ok(single("sft", tmp_path / "other", records, "--accum", "1"))
     (other,) = probes(tmp_path / "other", 1)
@@ -112,31 +120,26 @@ def test_sft_under_accelerate_launch_matches_one_process(tmp_path, records):
 
 @pytest.mark.model
 def test_rl_under_accelerate_launch_matches_one_process_and_resumes(tmp_path):
-    _ok(launch("rl", tmp_path / "two", "--steps", 3))
-    rank0, rank1 = probes(tmp_path / "two", 2)
+    # two ranks: 2 steps, then the same command resumed from its checkpoint to 3
+    _ok(launch("rl", tmp_path / "two", "--steps", 2))
+    first = probes(tmp_path / "two", 2)
+    _ok(launch("rl", tmp_path / "two", "--steps", 3, "--resume"))
+    resumed = probes(tmp_path / "two", 2)  # the resumed launch's probes: step 2 only
+    rank0, rank1 = first[0] + resumed[0], first[1] + resumed[1]
     assert [p["step"] for p in rank0] == [0, 1, 2]
-    assert [p["params"] for p in rank0] == [p["params"] for p in rank1]
+    assert [p["params"] for p in rank0] == [p["params"] for p in rank1]  # identical replicas, every step
     assert all(p["loss"] is not None for p in rank0)  # every step updated (all groups mixed)
+    metrics = [json.loads(x) for x in (tmp_path / "two" / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2]  # rank 0 wrote the run folder, once per step
 
     _ok(single("rl", tmp_path / "one", "--steps", 3))
     (one,) = probes(tmp_path / "one", 1)
     assert [p["accuracy"] for p in rank0] == [p["accuracy"] for p in one]  # the same rollouts
-    assert [p["loss"] for p in rank0] == pytest.approx([p["loss"] for p in one], rel=TOL)
+    assert [p["loss"] for p in rank0] == pytest.approx([p["loss"] for p in one], rel=TOL)  # resumed step included
     assert rank0[0]["params"] == one[0]["params"]  # after the first update: bit-identical here
-    metrics = [json.loads(x) for x in (tmp_path / "two" / "rl" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [0, 1, 2]  # rank 0 wrote the run folder once
-
-    # checkpoint + resume under the launcher: 2 steps, then the same command resumed to 3
-    _ok(launch("rl", tmp_path / "cut", "--steps", 2))
-    _ok(launch("rl", tmp_path / "cut", "--steps", 3, "--resume"))
-    r0, r1 = probes(tmp_path / "cut", 2)  # the resumed run's probes: step 2 only
-    assert [p["step"] for p in r0] == [2] and r0[0]["params"] == r1[0]["params"]
-    assert r0[0]["loss"] == pytest.approx(rank0[2]["loss"], rel=TOL)
-    resumed = [json.loads(x) for x in (tmp_path / "cut" / "rl" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in resumed] == [0, 1, 2]
 
     # a checkpoint written by two ranks is not resumed by one: its per-rank RNG states say so
-    proc = single("rl", tmp_path / "cut", "--steps", 4, "--resume")
+    proc = single("rl", tmp_path / "two", "--steps", 4, "--resume")
     assert proc.returncode != 0 and "same number of processes" in proc.stderr
 
 

@@ -1,4 +1,4 @@
-"""coa_lab/memory_plan.py against hand-computed values, the real model's counts and the H100 runs."""
+"""coa_lab/memory_plan.py, step_time.py and plan_report.py against hand-computed values, the real model's counts and the H100 runs."""
 
 import json
 import subprocess
@@ -8,10 +8,9 @@ import pytest
 
 from coa_lab.cli import main
 from coa_lab.config import get_preset
-from coa_lab.memory_plan import (
-    GIB, GPUS, MEMORY_MARGIN, MEMORY_RATIO_RANGE, SFT_TOKENS_PER_S_ERROR, UPDATE_SECONDS_ERROR, VALIDATION_JSON,
-    GPUSpec, ModelShape, attention_flops, calibration, fit_verdict, gpu_spec, lora_params, matmul_params, plan,
-    qwen2_biases, shape_of, step_time, train_flops)
+from coa_lab.memory_plan import GIB, MEMORY_MARGIN, ModelShape, fit_verdict, lora_params, plan, qwen2_biases, shape_of
+from coa_lab.plan_report import MEMORY_RATIO_RANGE, SFT_TOKENS_PER_S_ERROR, UPDATE_SECONDS_ERROR, VALIDATION_JSON, calibration
+from coa_lab.step_time import GPUS, GPUSpec, attention_flops, gpu_spec, matmul_params, step_time, train_flops
 
 TOY = ModelShape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10, tied=True)
 

@@ -1,0 +1,179 @@
+"""The planner against the real GPU runs (docs/gpu-validation.json), and the whole plan as
+`coa-lab plan` prints it: memory (coa_lab/memory_plan.py), whether it fits, time (coa_lab/step_time.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from coa_lab.config import Preset, get_preset
+from coa_lab.memory_plan import MEMORY_MARGIN, ModelShape, fit_verdict, plan, shape_of
+from coa_lab.paths import PROJECT_ROOT
+from coa_lab.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MFU, GPUSpec, decode_seconds, gpu_spec,
+                               step_time, update_seconds)
+
+# --- calibration against the real GPU runs ---------------------------------------------------
+
+VALIDATION_JSON = PROJECT_ROOT / "docs" / "gpu-validation.json"
+# The errors stated for the defaults (tests/test_memory_plan.py holds calibration() to them):
+SFT_TOKENS_PER_S_ERROR = 0.40  # |predicted / measured - 1| of SFT tokens/s
+UPDATE_SECONDS_ERROR = 0.20  # the same for the DAPO update's seconds
+MEMORY_RATIO_RANGE = (0.75, 1.05)  # predicted / measured peak memory
+
+
+@dataclass
+class CalibrationRow:
+    run: str
+    quantity: str  # "sft_tokens_per_s", "update_seconds", "decode_tokens_per_s", "peak_gib"
+    predicted: float
+    measured: float
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted / self.measured
+
+
+def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str = "H100", mfu: float = SFT_MFU,
+                update_mfu: float = UPDATE_MFU,
+                bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY) -> list[CalibrationRow]:
+    """Predicted against measured for every run in docs/gpu-validation.json (benchmarks/gpu_validate.py).
+
+    Those runs: the Qwen2.5-3B shape, LoRA r=64 on all linear layers, checkpointing, on one H100.
+    SFT at batch 1 and the given context. The DAPO update ran at commit 19694f8, whose
+    policy_update computed old log-probs for all 8 rollouts (micro-batches of 4, no grad), then
+    trained 4 mini-batches of 2: its peak memory is set by the larger logits of the no-grad pass
+    (2 + 4 + 4 bytes per position, plan()'s logits term), so it is compared with plan() at a
+    micro-batch of 4 x (prompt + response). Rollouts came from HF generate (batch 8, PEFT-wrapped,
+    short chat prompts taken as 64 tokens): launch-bound, far from the bandwidth bound modelled here."""
+    spec = gpu_spec(gpu)
+    data = json.loads(Path(path).read_text())
+    shape = shape_of("Qwen/Qwen2.5-3B-Instruct")
+    rows = []
+
+    def preset_for(four_bit: bool, batch: int, length: int) -> Preset:
+        base = get_preset("gpu-3b-qlora")
+        return replace(base, model=replace(base.model, load_in_4bit=four_bit, use_unsloth=False),
+                       sft=replace(base.sft, batch_size=batch, grad_accum=1, max_length=length))
+
+    for r in data["sft"]:
+        label = f"SFT {r['context']:,} tok, {'4-bit' if r['four_bit'] else 'bf16'}"
+        p = preset_for(r["four_bit"], 1, r["context"])
+        rows.append(CalibrationRow(label, "sft_tokens_per_s",
+                                   step_time(p, 1, spec, shape, mfu=mfu).sft_tokens_per_s, r["tokens_per_s"]))
+        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape).train_total_gib, r["peak_mem_gib"]))
+    for r in data["rl"]:
+        d, g = r["dapo"], r["generation"]
+        weights = "4-bit" if d["four_bit"] else "bf16"
+        label = f"DAPO {d['group_size']} x ({d['prompt_len']} + {d['response_len']}), {weights}"
+        length = d["prompt_len"] + d["response_len"]
+        p = preset_for(d["four_bit"], 4, length)
+        _, seconds = update_seconds(p, shape, d["group_size"], length, 1.0, 1, spec, update_mfu)
+        rows.append(CalibrationRow(label, "update_seconds", seconds, d["seconds"]))
+        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape).train_total_gib, d["peak_mem_gib"]))
+        per_row = g["new_tokens"] / g["batch"]
+        p = replace(p, gen=replace(p.gen, batch_size=g["batch"]))
+        seconds, _ = decode_seconds(p, shape, g["batch"], 64, per_row, 1, spec, bandwidth_efficiency, mfu)
+        rows.append(CalibrationRow(f"HF generate, batch {g['batch']}, {weights}",
+                                   "decode_tokens_per_s", g["new_tokens"] / seconds, g["tokens_per_s"]))
+    return rows
+
+
+def format_calibration(rows: list[CalibrationRow]) -> str:
+    """The table docs/scaling.md shows: planner against measured, their ratio and the error."""
+    units = {"sft_tokens_per_s": "tokens/s", "update_seconds": "s", "decode_tokens_per_s": "tokens/s",
+             "peak_gib": "GiB peak"}
+    lines = [f"{'run':<34} {'quantity':<9} {'planner':>9} {'measured':>9} {'ratio':>6} {'error':>7}"]
+    for r in rows:
+        lines.append(f"{r.run:<34} {units[r.quantity]:<9} {r.predicted:>9.4g} {r.measured:>9.4g} "
+                     f"{r.ratio:>6.2f} {r.ratio - 1:>+7.0%}")
+    return "\n".join(lines)
+
+
+# --- the whole plan, as `coa-lab plan` prints it ---------------------------------------------
+
+
+def planner_report(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", shape: ModelShape | None = None,
+                   **assumptions) -> dict:
+    """Memory (plan), whether it fits (fit_verdict) and time (step_time) as one JSON-ready dict;
+    `assumptions` go to step_time (mfu, update_mfu, bandwidth_efficiency, response_fraction, prompt_tokens)."""
+    spec = gpu_spec(gpu)
+    shape = shape or shape_of(preset.model.name)
+    memory = plan(preset, gpus, shape)
+    times = step_time(preset, gpus, spec, shape, **assumptions)
+    m = preset.model
+    return {
+        "preset": preset.name, "gpus": gpus, "gpu": asdict(spec),
+        "model": {"name": m.name, "params": memory.params, "trainable": memory.trainable,
+                  "lora_r": m.lora_r, "load_in_4bit": m.load_in_4bit, "dtype": m.dtype,
+                  "gradient_checkpointing": m.gradient_checkpointing},
+        "memory_gib": memory.to_dict(),
+        "fits": {"train": fit_verdict(memory.train_total_gib, spec.memory_gib),
+                 "rollout": fit_verdict(memory.rollout_total_gib, spec.memory_gib),
+                 "margin": MEMORY_MARGIN},
+        "time": times.to_dict(),
+    }
+
+
+def _seconds(s: float) -> str:
+    """Seconds as a person reads them: 0.42 s, 37 s, 12.5 min, 3.1 h."""
+    if s < 10:
+        return f"{s:.2f} s"
+    if s < 600:
+        return f"{s:.0f} s"
+    return f"{s / 60:.1f} min" if s < 36000 else f"{s / 3600:.1f} h"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
+def format_report(r: dict) -> str:
+    """planner_report as the readable table `coa-lab plan` prints."""
+    g, m, mem, t, a = r["gpu"], r["model"], r["memory_gib"], r["time"], r["time"]["assumptions"]
+    kind = "full fine-tune" if m["lora_r"] == 0 else f"LoRA r={m['lora_r']}"
+    weights = "4-bit" if m["load_in_4bit"] else m["dtype"]
+    ckpt = "on" if m["gradient_checkpointing"] else "off"
+    memory = g["memory_gib"]
+    lines = [
+        f"{r['preset']} on {r['gpus']} x {g['name']} ({g['bf16_tflops']:g} TFLOP/s bf16 dense, "
+        f"{g['hbm_gbps']:g} GB/s, {memory:g} GiB)",
+        f"model {m['name']}: {m['params'] / 1e9:.2f}B params, {kind} ({_count(m['trainable'])} trainable), "
+        f"{weights} weights, gradient checkpointing {ckpt}",
+        "",
+        "memory per GPU (GiB)",
+    ]
+    rows = [("weights", mem["weights_gib"]), ("gradients", mem["gradients_gib"]),
+            ("optimizer (AdamW)", mem["optimizer_gib"]),
+            (f"activations (checkpointing {ckpt})", mem["activations_gib"]),
+            ("  without checkpointing", mem["activations_no_ckpt_gib"]),
+            ("  with checkpointing", mem["activations_ckpt_gib"]),
+            ("logits", mem["logits_gib"])]
+    lines += [f"  {name:<36} {v:>9.2f}" for name, v in rows]
+    lines.append(f"  {'train total':<36} {mem['train_total_gib']:>9.2f}   {r['fits']['train']}")
+    lines.append(f"  {'KV cache of the rollout batch':<36} {mem['kv_cache_gib']:>9.2f}   "
+                 f"({mem['kv_per_sequence_mib']:.0f} MiB per full-length rollout)")
+    lines.append(f"  {'rollout total':<36} {mem['rollout_total_gib']:>9.2f}   {r['fits']['rollout']}")
+    lines += [f"  fits: estimate x {r['fits']['margin']} <= {memory:g} GiB (plan() ran up to 20% under the H100's",
+              "  measured peaks); tight: only the estimate itself fits", "", "time per step (estimates)"]
+    tokens_per_gpu = t["sft_tokens_per_step"] // r["gpus"]
+    lines += [
+        f"  {'SFT optimizer step':<36} {_seconds(t['sft_seconds']):>9}   {tokens_per_gpu:,} tokens per GPU, "
+        f"{t['sft_tokens_per_s']:,.0f} tokens/s over all GPUs",
+        f"  {'RL rollouts':<36} {_seconds(t['rl_rollout_seconds']):>9}   {t['rl_rollouts']} rollouts of "
+        f"~{a['prompt_tokens']} + {t['rl_response_tokens']:.0f} tokens, {t['rl_rollout_bound']}-bound",
+        f"  {'RL update':<36} {_seconds(t['rl_update_seconds']):>9}   {t['rl_update_tokens']:,.0f} tokens",
+        f"  {'RL step':<36} {_seconds(t['rl_step_seconds']):>9}   {_seconds(t['rl_run_hours'] * 3600)} for the "
+        f"preset's {t['rl_steps']} RL steps",
+        *(["  (RL refuses full-parameter training with vLLM sampling today, docs/scaling.md: the RL rows only price it)"]
+          if m["lora_r"] == 0 else []),
+        "",
+        f"assumptions: mfu={a['mfu']} (SFT; fitted to the H100 runs, tokens/s within "
+        f"{SFT_TOKENS_PER_S_ERROR:.0%}), update_mfu={a['update_mfu']} (fitted to 2 DAPO updates, within "
+        f"{UPDATE_SECONDS_ERROR:.0%}),",
+        f"  bandwidth_efficiency={a['bandwidth_efficiency']} (assumed: no vLLM decode measured), "
+        f"response_fraction={a['response_fraction']} of gen.max_response_tokens, prompt_tokens={a['prompt_tokens']},",
+        f"  old-log-prob forward over {a['old_logprob_fraction']:.2f} of the rollouts; one sampling round, "
+        "no anchors; see docs/scaling.md",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,249 @@
+"""Time per SFT / RL step for a preset on a given GPU, from the model's shape (`coa-lab plan`;
+docs/scaling.md). Memory is coa_lab/memory_plan.py.
+
+N = the weights a token multiplies through (every layer's linear weights and
+the LM head; the input embedding is a lookup), A = LoRA adapter parameters, L layers, d = heads x
+head_dim, s the sequence length:
+
+    forward      2 N + 2 A + 2 L s d per token (attention's QK^T and AV: 4 L d FLOPs per key
+                 attended, and a causal token attends to s/2 keys on average)
+    backward     activation gradients 2 N + 2 x attention (always, frozen weights or not), weight
+                 gradients 2 N for a full fine-tune, 4 A for LoRA (the adapter's both gradients)
+    recompute    gradient checkpointing runs the forward once more: + forward
+    SFT step     tokens = sft.batch_size x grad_accum x max_length x gpus, at those FLOPs per token,
+                 over gpus x peak x mfu
+    rollouts     prompts_per_step x group_size sequences, each PROMPT_TOKENS + response_fraction x
+                 gen.max_response_tokens long, decoded gen.batch_size at a time. Decoding reads the
+                 weights (+ the adapter) once per step and the live rows' KV cache at their mean
+                 context (prompt + response / 2): per step max(bytes / (hbm x bandwidth_efficiency),
+                 FLOPs / (peak x mfu)); the gpus share the bytes (tensor parallel) or the batches
+                 (data parallel), the same total either way
+    RL update    the rollout tokens through the training FLOPs above, plus the no-grad old-log-prob
+                 forward over all but the first mini-batch (coa_lab.rl.trainer.policy_update), at
+                 update_mfu
+
+mfu and update_mfu are fitted to the only GPU measurements (docs/gpu-validation.json, an H100 at
+batch 1: real utilisation is low, 11-23% for SFT, 6-8% for the DAPO update);
+bandwidth_efficiency is assumed, never measured (no vLLM run exists). `calibration()` prints
+predicted against measured for every recorded run (coa_lab/plan_report.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from coa_lab.config import Preset
+from coa_lab.memory_plan import (PROMPT_TOKENS, ModelShape, kv_bytes_per_token, lora_params, params_of, shape_of,
+                                 weight_bytes)
+
+
+# --- hardware --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str
+    bf16_tflops: float  # dense tensor-core peak, TFLOP/s
+    hbm_gbps: float  # memory bandwidth, GB/s (1e9 bytes)
+    memory_gib: float
+
+
+# Vendor datasheets (NVIDIA H100 SXM, H200 SXM, A100 80GB SXM, L4): dense bf16, no 2:4
+# sparsity (the datasheets' headline figures are twice these, with sparsity). Memory as the
+# datasheets give it; the measured H100 80GB HBM3 reports 81,559 MiB (79.6 GiB) in total.
+GPUS = {
+    "H100": GPUSpec("NVIDIA H100 SXM 80GB", bf16_tflops=989.0, hbm_gbps=3350.0, memory_gib=80.0),
+    "H200": GPUSpec("NVIDIA H200 SXM 141GB", bf16_tflops=989.0, hbm_gbps=4800.0, memory_gib=141.0),
+    "A100": GPUSpec("NVIDIA A100 80GB SXM", bf16_tflops=312.0, hbm_gbps=2039.0, memory_gib=80.0),
+    "L4": GPUSpec("NVIDIA L4 24GB", bf16_tflops=121.0, hbm_gbps=300.0, memory_gib=24.0),
+}
+
+
+def gpu_spec(gpu: GPUSpec | str) -> GPUSpec:
+    """A GPUSpec as given, or one of GPUS by name (any case)."""
+    if isinstance(gpu, GPUSpec):
+        return gpu
+    by_lower = {k.lower(): v for k, v in GPUS.items()}
+    if gpu.lower() not in by_lower:
+        raise ValueError(f"unknown GPU {gpu!r}; choose one of {sorted(GPUS)} "
+                         f"(or pass step_time.GPUSpec(...) from its datasheet)")
+    return by_lower[gpu.lower()]
+
+
+# --- FLOPs per token -----------------------------------------------------------------------
+
+
+def matmul_params(shape: ModelShape) -> int:
+    """Weights a token multiplies through: every layer's linear weights and the LM head (a tied
+    head still multiplies; the input embedding is a lookup, no FLOPs)."""
+    return shape.layers * shape.layer_linear_params() + shape.vocab * shape.hidden
+
+
+def attention_flops(shape: ModelShape, s: float) -> float:
+    """Forward FLOPs per token of QK^T and AV in a causal sequence of length s.
+
+    Per key attended: 2 x d for the score, 2 x d for the weighted value (d = heads x head_dim),
+    every layer; a causal token attends to s/2 keys on average, and flash attention skips the
+    masked blocks: 2 L d s. (PaLM's MFU counts 4 L d s, as if every token saw all s keys.)"""
+    return 2 * shape.layers * shape.heads * shape.head_dim * s
+
+
+def forward_flops(shape: ModelShape, s: float, adapter: int = 0) -> float:
+    """Forward FLOPs per token: 2 per multiplied weight (base and LoRA adapter) + attention."""
+    return 2 * (matmul_params(shape) + adapter) + attention_flops(shape, s)
+
+
+def train_flops(shape: ModelShape, s: float, adapter: int, full: bool, checkpointing: bool) -> float:
+    """Forward + backward (+ recompute) FLOPs per trained token.
+
+    The backward always computes activation gradients through every layer (2 N, and twice the
+    attention forward: attention has no weights, only inputs); weight gradients cost 2 N more for
+    a full fine-tune, and only the adapter's 4 A (both of its gradients) for LoRA: frozen
+    weights get none. Checkpointing recomputes each layer's forward during the backward."""
+    n = matmul_params(shape)
+    forward = forward_flops(shape, s, adapter)
+    backward = 2 * n + 2 * attention_flops(shape, s) + (2 * n if full else 4 * adapter)
+    return forward + backward + (forward if checkpointing else 0.0)
+
+
+# --- time per step ---------------------------------------------------------------------------
+
+# Defaults, each fitted or assumed as calibration() shows (docs/scaling.md):
+# fitted: the four H100 SFT runs imply 0.11-0.23 (batch 1, LoRA, 3 steps). Their tokens/s rose
+# from 4k to 8k context where this model predicts a small fall (attention): a fixed ~0.5 s per
+# step dominates such short runs, and without it the marginal utilisation is 0.37-0.56, so for
+# large steps (the presets') these estimates may be 2-3x pessimistic (docs/scaling.md)
+SFT_MFU = 0.15
+UPDATE_MFU = 0.07  # fitted: the two H100 DAPO updates imply 0.062 and 0.083
+BANDWIDTH_EFFICIENCY = 0.6  # assumed: no vLLM decode has been measured (docs/gpu-validation.md)
+RESPONSE_FRACTION = 0.5  # assumed: the average rollout uses half of gen.max_response_tokens
+
+
+def adapter_params(preset: Preset, shape: ModelShape) -> int:
+    """LoRA parameters, whose matmuls add FLOPs beside the base's; 0 for a full fine-tune."""
+    m = preset.model
+    return 0 if m.lora_r == 0 else lora_params(shape, m.lora_r, m.target_modules)
+
+
+def sft_step_seconds(preset: Preset, gpus: int, gpu: GPUSpec, shape: ModelShape,
+                     mfu: float = SFT_MFU) -> tuple[int, float, float]:
+    """(tokens per optimizer step over all GPUs, FLOPs per token, seconds per step).
+
+    Data parallel: each GPU trains batch_size x grad_accum sequences of max_length (every sequence
+    taken at full length: packing or long data), so the step's time does not depend on gpus."""
+    m, sft = preset.model, preset.sft
+    adapter = adapter_params(preset, shape)
+    per_token = train_flops(shape, sft.max_length, adapter, m.lora_r == 0, m.gradient_checkpointing)
+    tokens_per_gpu = sft.batch_size * sft.grad_accum * sft.max_length
+    seconds = tokens_per_gpu * per_token / (gpu.bf16_tflops * 1e12 * mfu)
+    return tokens_per_gpu * gpus, per_token, seconds
+
+
+def decode_seconds(preset: Preset, shape: ModelShape, rollouts: int, prompt: float, response: float,
+                   gpus: int, gpu: GPUSpec, bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
+                   mfu: float = SFT_MFU) -> tuple[float, str]:
+    """(seconds to decode `rollouts` sequences of `response` new tokens, the bound: memory or compute).
+
+    Batches of gen.batch_size; a batch takes `response` decode steps (with continuous batching a
+    finished row's slot is refilled, so the average length is what a slot costs). One step reads
+    the weights and the adapter once, plus each live row's KV cache at its mean context
+    (prompt + response / 2), and does 2 FLOPs per weight per row plus attention over that context."""
+    m = preset.model
+    n = params_of(preset, shape)
+    adapter = adapter_params(preset, shape)
+    rows = min(preset.gen.batch_size, rollouts)
+    batches = math.ceil(rollouts / preset.gen.batch_size)
+    context = prompt + response / 2
+    step_bytes = weight_bytes(m, shape, n) + 2 * adapter + rows * kv_bytes_per_token(shape) * context
+    # a decode token attends to its whole context: twice the causal average of attention_flops
+    step_flops = rows * (2 * (matmul_params(shape) + adapter) + 2 * attention_flops(shape, context))
+    memory_s = step_bytes / (gpus * gpu.hbm_gbps * 1e9 * bandwidth_efficiency)
+    compute_s = step_flops / (gpus * gpu.bf16_tflops * 1e12 * mfu)
+    return batches * response * max(memory_s, compute_s), ("memory" if memory_s >= compute_s else "compute")
+
+
+def update_seconds(preset: Preset, shape: ModelShape, rollouts: int, length: float, old_logprob_fraction: float,
+                   gpus: int, gpu: GPUSpec, mfu: float = UPDATE_MFU) -> tuple[float, float]:
+    """(tokens, seconds) of one policy update: every rollout token through the training FLOPs,
+    plus a no-grad forward over `old_logprob_fraction` of them for the old log-probs."""
+    m = preset.model
+    adapter = adapter_params(preset, shape)
+    per_token = (train_flops(shape, length, adapter, m.lora_r == 0, m.gradient_checkpointing)
+                 + old_logprob_fraction * forward_flops(shape, length, adapter))
+    tokens = rollouts * length
+    return tokens, tokens * per_token / (gpus * gpu.bf16_tflops * 1e12 * mfu)
+
+
+def old_logprob_fraction(preset: Preset) -> float:
+    """Share of the rollouts needing a separate old-log-prob forward in policy_update: all but the
+    first mini-batch (whose own forward is the sampling policy's); mini-batches are whole groups."""
+    mini_batches = max(1, min(preset.rl.mini_batches, preset.rl.prompts_per_step))
+    return 1 - 1 / mini_batches
+
+
+@dataclass
+class StepTime:
+    gpu: str
+    gpus: int
+    sft_tokens_per_step: int  # over all GPUs
+    sft_flops_per_token: float
+    sft_seconds: float  # one optimizer step
+    sft_tokens_per_s: float  # over all GPUs
+    rl_rollouts: int  # prompts_per_step x group_size (one sampling round, no anchors)
+    rl_response_tokens: float  # assumed average per rollout
+    rl_rollout_seconds: float
+    rl_rollout_bound: str  # "memory" (bandwidth) or "compute"
+    rl_update_tokens: float
+    rl_update_seconds: float
+    rl_step_seconds: float  # rollouts + update
+    rl_steps: int
+    rl_run_hours: float  # rl.steps of them
+    assumptions: dict
+
+    def to_dict(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def step_time(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", shape: ModelShape | None = None,
+              mfu: float = SFT_MFU, update_mfu: float = UPDATE_MFU,
+              bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY, response_fraction: float = RESPONSE_FRACTION,
+              prompt_tokens: int = PROMPT_TOKENS) -> StepTime:
+    """Seconds per SFT optimizer step and per RL step (rollouts, update) on `gpus` x `gpu`.
+
+    Assumptions, each a parameter (the module docstring has the formulas):
+      mfu=0.15                  achieved / peak FLOPs in SFT (recompute counted as work done), fitted
+                                to the H100 runs of docs/gpu-validation.json: their tokens/s within 40%
+      update_mfu=0.07           the same for the RL update, fitted to the two DAPO runs: within 20%
+      bandwidth_efficiency=0.6  achieved / peak HBM bandwidth while decoding; assumed, not measured
+      response_fraction=0.5     average rollout length / gen.max_response_tokens; assumed
+      prompt_tokens=512         prompt length of every rollout; assumed
+    The RL step is one sampling round of prompts_per_step x group_size rollouts: anchors and extra
+    dynamic-sampling rounds add more. Rollouts are assumed to decode gen.batch_size at a time; when
+    their KV cache does not fit (plan().rollout_total_gib), vLLM decodes fewer at once and takes longer."""
+    if gpus < 1:
+        raise ValueError("gpus must be >= 1")
+    for name, value in (("mfu", mfu), ("update_mfu", update_mfu), ("bandwidth_efficiency", bandwidth_efficiency),
+                        ("response_fraction", response_fraction)):
+        if not 0 < value <= 1:
+            raise ValueError(f"{name} must be in (0, 1], got {value}")
+    spec = gpu_spec(gpu)
+    shape = shape or shape_of(preset.model.name)
+    sft_tokens, sft_per_token, sft_s = sft_step_seconds(preset, gpus, spec, shape, mfu)
+    rl = preset.rl
+    rollouts = rl.prompts_per_step * rl.group_size
+    response = response_fraction * preset.gen.max_response_tokens
+    rollout_s, bound = decode_seconds(preset, shape, rollouts, prompt_tokens, response, gpus, spec,
+                                      bandwidth_efficiency, mfu)
+    update_tokens, update_s = update_seconds(preset, shape, rollouts, prompt_tokens + response,
+                                             old_logprob_fraction(preset), gpus, spec, update_mfu)
+    return StepTime(
+        gpu=spec.name, gpus=gpus, sft_tokens_per_step=sft_tokens, sft_flops_per_token=sft_per_token,
+        sft_seconds=sft_s, sft_tokens_per_s=sft_tokens / sft_s, rl_rollouts=rollouts, rl_response_tokens=response,
+        rl_rollout_seconds=rollout_s, rl_rollout_bound=bound, rl_update_tokens=update_tokens,
+        rl_update_seconds=update_s, rl_step_seconds=rollout_s + update_s, rl_steps=rl.steps,
+        rl_run_hours=rl.steps * (rollout_s + update_s) / 3600,
+        assumptions=dict(mfu=mfu, update_mfu=update_mfu, bandwidth_efficiency=bandwidth_efficiency,
+                         response_fraction=response_fraction, prompt_tokens=prompt_tokens,
+                         old_logprob_fraction=old_logprob_fraction(preset)),
+    )
