@@ -36,6 +36,9 @@ class GenerationConfig:
     # GPU; GPU extra) or "vllm-server" (a separate `vllm serve` at server_url, e.g. its own node
     # with tensor parallelism; RL pushes each new LoRA adapter to it; docs/scaling.md)
     backend: str = "hf"
+    # "vllm" in-process shares the GPU with the trainer: the engine's share of GPU memory (weights
+    # + KV cache); the policy being trained, its optimizer and activations need the rest
+    vllm_memory_fraction: float = 0.5
     server_url: str | None = None  # "vllm-server": the server's OpenAI-compatible base, ".../v1"
     server_api_key_env: str = "VLLM_API_KEY"  # the key is read from this variable, never the preset
     # per turn: generation pauses at every tool call. Must exceed the longest turn in the SFT

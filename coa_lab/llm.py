@@ -478,7 +478,8 @@ def make_generator(preset, adapter=None, model_name: str | None = None):
     cfg = preset.model if model_name is None else dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
     cfg, adapter = _full_model_as_base(cfg, adapter)
     if preset.gen.backend == "vllm":
-        gen = VLLMGenerator(resolve_model(cfg.name), load_tokenizer(cfg.name), max_lora_rank=max(cfg.lora_r, 8))
+        gen = VLLMGenerator(resolve_model(cfg.name), load_tokenizer(cfg.name), max_lora_rank=max(cfg.lora_r, 8),
+                            gpu_memory_utilization=preset.gen.vllm_memory_fraction)
         gen.set_adapter(adapter)
         return gen
     if preset.gen.backend == "vllm-server":
@@ -528,7 +529,8 @@ def rl_sampler(preset, tokenizer, adapter):
     if preset.gen.backend == "vllm-server":
         gen = VLLMServerGenerator(_server_url(preset), tokenizer, api_key_env=preset.gen.server_api_key_env)
     elif preset.gen.backend == "vllm":
-        gen = VLLMGenerator(resolve_model(cfg.name), tokenizer, max_lora_rank=preset.model.lora_r)
+        gen = VLLMGenerator(resolve_model(cfg.name), tokenizer, max_lora_rank=preset.model.lora_r,
+                            gpu_memory_utilization=preset.gen.vllm_memory_fraction)
     else:
         raise ValueError(f"no RL sampler for gen.backend={preset.gen.backend!r}; use 'vllm' or 'vllm-server'")
     gen.set_adapter(adapter)

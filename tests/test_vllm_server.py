@@ -324,6 +324,33 @@ def test_rl_sampler_needs_the_server_url():
         rl_sampler(preset, None, None)
 
 
+def test_the_in_process_engine_leaves_the_trainer_its_share_of_the_gpu(monkeypatch, tmp_path):
+    """gen.backend="vllm" puts the engine on the training GPU: it is built with the preset's
+    memory fraction (vLLM's default, 0.9, would leave the policy being trained no room), and a
+    full fine-tune's output where an adapter would go becomes the engine's base model."""
+    import coa_lab.llm as llm
+
+    built = []
+
+    class FakeEngine:
+        def __init__(self, model_path, tokenizer, max_lora_rank=64, **kwargs):
+            built.append((model_path, max_lora_rank, kwargs))
+            self.adapters = []
+
+        def set_adapter(self, adapter_dir):
+            self.adapters.append(adapter_dir)
+
+    monkeypatch.setattr(llm, "VLLMGenerator", FakeEngine)
+    preset = get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.4})
+    gen = rl_sampler(preset, None, "runs/x/sft/adapter")
+    assert built[-1][1:] == (64, {"gpu_memory_utilization": 0.4}) and gen.adapters == ["runs/x/sft/adapter"]
+    full = tmp_path / "sft_full"
+    full.mkdir()
+    (full / "config.json").write_text("{}")
+    gen = rl_sampler(preset, None, full)
+    assert built[-1][0] == str(full) and gen.adapters == [None]
+
+
 # -- the real `coa-lab serve` with the embedded model ----------------------------------------
 
 PROMPTS = ["Say hi.", "Count to three.", "Name a color.", "What is 2+2?"]
