@@ -94,11 +94,24 @@ def init() -> None:
         return
     import torch
 
+    require_engine_on_this_hardware(torch.cuda.is_available())
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     from accelerate import PartialState
 
     PartialState(cpu=not torch.cuda.is_available())  # initialises torch.distributed (a singleton)
+
+
+def require_engine_on_this_hardware(has_cuda: bool) -> None:
+    """accelerate applies FSDP and DeepSpeed only on accelerators: launched on CPU ranks with
+    configs/fsdp.yaml it silently trains plain data parallel (measured: the same losses and
+    replicated parameters as configs/ddp.yaml). Say so instead of letting a course believe it
+    watched sharding. (A missing DeepSpeed package the launcher itself reports.)"""
+    engine = launcher_engine()
+    if engine != "ddp" and not has_cuda:
+        raise RuntimeError(f"the launcher's config asks for {engine}, which accelerate applies only on GPUs; "
+                           "these ranks have none, so nothing would be sharded. On CPU launch with "
+                           "configs/ddp.yaml (docs/scaling.md)")
 
 
 def gather_rows(local: list) -> list:

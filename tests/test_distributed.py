@@ -180,6 +180,21 @@ def test_rl_refuses_a_sharded_engine_clearly(monkeypatch):
     distributed.require_replicated_policy("RL")
 
 
+def test_sharded_engines_refuse_cpu_ranks_instead_of_silently_running_ddp(monkeypatch):
+    # accelerate builds FSDP / DeepSpeed only on accelerators: on CPU ranks configs/fsdp.yaml
+    # trained plain data parallel (same losses, replicated parameters), so init() refuses it
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(RuntimeError, match="only on GPUs.*configs/ddp.yaml"):
+        distributed.require_engine_on_this_hardware(has_cuda=False)
+    distributed.require_engine_on_this_hardware(has_cuda=True)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    with pytest.raises(RuntimeError, match="deepspeed"):
+        distributed.require_engine_on_this_hardware(has_cuda=False)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "false")
+    distributed.require_engine_on_this_hardware(has_cuda=False)  # DDP over gloo: what the CPU runs
+
+
 def test_one_process_collectives_are_identities():
     assert distributed.gather_rows([1, 2]) == [1, 2]
     assert distributed.all_reduce_sum([1.5, 2.0]) == [1.5, 2.0]
