@@ -37,6 +37,8 @@ class _Row:
     prompt_len: int
     forced: deque = field(default_factory=deque)
     turn: list[int] = field(default_factory=list)  # tokens sampled in the current turn
+    turn_logprobs: list[float] = field(default_factory=list)  # their sampling log-probs (when sampled)
+    turn_entropies: list[float] = field(default_factory=list)  # the entropy each was drawn from
     response_len: int = 0  # sampled + forced tokens since the prompt
 
 
@@ -47,18 +49,31 @@ TurnEnd = Callable[[list[tuple[int, Generation]]], list["list[int] | None"]]
 
 
 def _sample(logits, temperature: float, top_p: float):
+    """Next tokens [B], and per row the sampled token's log-probability and the entropy of the
+    distribution it was drawn from ([B] each; None when greedy: nothing was sampled).
+
+    The distribution is softmax(logits / temperature), cut to the top-p nucleus and renormalised:
+    exactly what RL's trainer must score (rl/dapo.token_logprobs divides by the same
+    temperature). Logged per step, the gap between the two is verl's `rollout_probs_diff_mean`."""
     import torch
 
     if temperature <= 0:
-        return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+        return logits.argmax(-1), None, None
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, V]
     if top_p < 1.0:
+        probs = logp.exp()
         sorted_p, order = probs.sort(dim=-1, descending=True)
         # drop a token once the mass strictly before it already reaches top_p
         drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    return torch.multinomial(probs, 1).squeeze(-1)
+        probs = probs / probs.sum(-1, keepdim=True)
+        logp = torch.log(probs)  # -inf outside the nucleus
+    probs = logp.exp()
+    token = torch.multinomial(probs, 1).squeeze(-1)  # [B]
+    chosen = logp.gather(-1, token[:, None]).squeeze(-1)  # [B]
+    entropy = -(probs * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1)  # [B]; 0 * -inf -> 0
+    return token, chosen, entropy
 
 
 @contextlib.contextmanager
@@ -236,7 +251,10 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
     rows = [_Row(i, len(p)) for i, p in zip(indices, prompts)]
 
     while rows:
-        sampled = _sample(logits, temperature, top_p).tolist()
+        sampled, chosen_lp, entropy = _sample(logits, temperature, top_p)
+        sampled = sampled.tolist()
+        chosen_lp = chosen_lp.tolist() if chosen_lp is not None else None
+        entropy = entropy.tolist() if entropy is not None else None
         feed: list[int] = []
         ended: list[tuple[int, Generation]] = []  # (slot, generation)
         for slot, row in enumerate(rows):
@@ -246,6 +264,9 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
                 continue
             token = sampled[slot]
             row.turn.append(token)
+            if chosen_lp is not None:
+                row.turn_logprobs.append(chosen_lp[slot])
+                row.turn_entropies.append(entropy[slot])
             row.response_len += 1
             feed.append(token)
             finish = None
@@ -257,7 +278,9 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
                 finish = "length"
             if finish:
                 gen = Generation(row.turn, tokenizer.decode(row.turn, skip_special_tokens=False), finish,
-                                 row.prompt_len + row.response_len - len(row.turn))
+                                 row.prompt_len + row.response_len - len(row.turn),
+                                 logprobs=row.turn_logprobs if chosen_lp is not None else None,
+                                 entropies=row.turn_entropies if chosen_lp is not None else None)
                 ended.append((slot, gen))
         keep = list(range(len(rows)))
         if ended:
@@ -267,7 +290,7 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
             done = set()
             for (slot, _), reply in zip(ended, replies):
                 row = rows[slot]
-                row.turn = []
+                row.turn, row.turn_logprobs, row.turn_entropies = [], [], []
                 room = budget - row.response_len
                 if reply is None or room <= 0:
                     done.add(slot)

@@ -167,8 +167,9 @@ def logits_at(model, inputs: dict, rows: torch.Tensor, columns: torch.Tensor) ->
 
 
 def sequence_logprobs(model, sequences: list[list[int]], rows: list[list[int]], starts: list[int],
-                      pad_id: int, width: int | None = None) -> torch.Tensor:
+                      pad_id: int, width: int | None = None, temperature: float = 1.0) -> torch.Tensor:
     """log p(token_t | tokens_<t) of each sequence for t >= starts[i], 0 elsewhere: [N, width].
+    temperature: the sampling temperature (logits are divided by it, as in dapo.token_logprobs).
 
     The packed twin of `dapo.token_logprobs` (same layout: sequence i right-padded to
     `width`, default the longest). `rows` groups sequence indices into packed rows (the GRPO
@@ -186,7 +187,10 @@ def sequence_logprobs(model, sequences: list[list[int]], rows: list[list[int]], 
     if not targets:  # every sequence ends at its start: nothing to score
         return torch.zeros((len(sequences), width or max(len(s) for s in sequences)))
     logits = logits_at(model, packed.model_inputs(model), torch.cat(src_rows), torch.cat(src_cols))
-    nll = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(targets, device=logits.device),
+    from coa_lab.rl.dapo import check_temperature
+
+    logits = logits.float() / check_temperature(temperature)  # the sampled policy's distribution
+    nll = torch.nn.functional.cross_entropy(logits, torch.tensor(targets, device=logits.device),
                                             reduction="none")
     out = torch.zeros((len(sequences), width or max(len(s) for s in sequences)), device=logits.device)
     at = 0

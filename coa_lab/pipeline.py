@@ -163,7 +163,7 @@ def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
 
 def rl(preset: Preset, run: Path, resume: bool = False) -> dict:
     from coa_lab.rl.pool import PoolReport, select_pool
-    from coa_lab.rl.trainer import latest_rl_checkpoint, train_rl
+    from coa_lab.rl.trainer import latest_rl_checkpoint, rl_seed, train_rl
 
     t0 = time.time()
     # Under `accelerate launch` every rank runs this stage: they screen the pool together
@@ -184,6 +184,9 @@ def rl(preset: Preset, run: Path, resume: bool = False) -> dict:
         report = PoolReport(old["candidates"], old["samples"], old["kept"], old["pass_rates"], old["histogram"])
         pool = [t for t in candidates if t.id in set(old["pool"])]
     else:
+        import torch
+
+        torch.manual_seed(rl_seed(preset))  # the screening samples are RL's randomness too
         pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset.gen, r.pool_samples,
                                    r.pool_min_pass, r.pool_max_pass, r.temperature)
     fallback = len(pool) < r.prompts_per_step
@@ -210,18 +213,28 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     from coa_lab.evaluate import evaluate, save_eval, teacher_eval
 
     t0 = time.time()
-    groups = by_benchmark(draw_tasks(preset, preset.eval.tasks, "eval"), preset.eval.tasks)
+    # the test split is what the report quotes; validation (eval.val_tasks) is where settings are
+    # chosen, and is evaluated beside it so a tuning run reads val, never test
+    groups = by_benchmark(draw_tasks(preset, preset.eval.tasks, "test"), preset.eval.tasks)
+    val_groups = by_benchmark(draw_tasks(preset, preset.eval.val_tasks, "val"), preset.eval.val_tasks)
     tools = make_tools(preset)
-    out, seconds = {}, {}  # seconds per evaluated system: where the stage's time goes
+    out, seconds, val = {}, {}, {}  # seconds per evaluated system: where the stage's time goes
     for label in which:
         adapter = None if label == "base" else run / label / "adapter"
         if adapter is not None and not adapter.exists():
             continue
         t1 = time.time()
-        result = evaluate(make_generator(preset, adapter), groups, tools, preset, label=label)
+        generator = make_generator(preset, adapter)
+        result = evaluate(generator, groups, tools, preset, label=label)
         save_eval(result, run / "eval")
         out[label] = result.summary()
+        if val_groups:
+            val_result = evaluate(generator, val_groups, tools, preset, label=f"val_{label}")
+            save_eval(val_result, run / "eval")
+            val[label] = val_result.summary()
         seconds[label] = round(time.time() - t1, 1)
+    if val:
+        out["val"] = val
     if preset.eval.teacher:
         t1 = time.time()
         headline = [t for key in preset.eval.headline for t in groups.get(key, [])]

@@ -90,6 +90,12 @@ def summarize(run: str | Path, headline=None) -> dict:
         "single_tokens_per_success": get(single, "tokens_per_success"),
         "teacher_tokens_per_success": get(teacher, "tokens_per_success"),
         "eval_tasks": get(pooled["base"] or single, "tasks"),
+        # the reported split is TEST (never tuned on); validation is where settings were chosen
+        "test_tasks": get(pooled["base"] or single, "tasks"),
+        "rl_test_gain": (pooled["rl"]["accuracy"] - pooled["sft"]["accuracy"]) if pooled["rl"] and pooled["sft"] else None,
+        "val_accuracy": {label: get(_pooled(res, headline), "accuracy") for label, res in (ev.get("val") or {}).items()},
+        "rl_entropy_by_step": [m.get("entropy") for m in metrics],
+        "rl_logprob_gap_by_step": [m.get("logprob_gap") for m in metrics],
         "seconds": get(timing, "total_seconds"),
         "stage_seconds": {k: v for k, v in (timing or {}).items()
                           if k != "total_seconds" and isinstance(v, (int, float))},  # not the machine's peaks
@@ -137,12 +143,17 @@ def write_report(run: str | Path) -> Path:
     head = ", ".join(summary["headline_benchmarks"]) or "–"
     first_last = _thirds(summary["rl_train_accuracy_by_step"])
     rv = summary["rl_revisited_questions"]
-    lines += ["## Headline (held-out tasks of the learnable families: " + head + ")", "",
+    val = summary["val_accuracy"]
+    gain = summary["rl_test_gain"]
+    lines += ["## Headline (TEST split of the learnable families, never tuned on: " + head + ")", "",
               "| figure | value |", "|---|---|",
               f"| teacher success on its capture tasks | {_fmt(summary['teacher_success'], 2)} |",
               f"| kept SFT trajectories that are the teacher's own runs | {_fmt(summary['kept_from_teacher_fraction'], 2)} |",
               f"| accuracy: base → SFT → RL ({n} tasks) | {_fmt(summary['base_accuracy'], 2)} → "
               f"{_fmt(summary['sft_accuracy'], 2)} → {_fmt(summary['rl_accuracy'], 2)} |",
+              f"| RL − SFT on the test split | " + (f"{gain * 100:+.1f} points" if gain is not None else "–") + " |",
+              f"| validation split (where settings are chosen): base → SFT → RL | "
+              + (" → ".join(_fmt(val.get(k), 2) for k in ("base", "sft", "rl")) if val else "–") + " |",
               f"| SFT format validity | {_fmt(summary['sft_format_valid'], 2)} |",
               f"| RL steps with an update | {summary['rl_updates']} of {summary['rl_steps']} |",
               f"| RL training accuracy, first third → last third of steps | "
@@ -183,19 +194,21 @@ def write_report(run: str | Path) -> Path:
     if rl and rl["metrics"]:
         lines += ["", "## RL, step by step", "",
                   "| step | train accuracy (pool) | anchor accuracy (kept groups) | kept / sampled groups | clip fraction "
-                  "| response tokens | tool calls / rollout | seconds (sampling) |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| entropy | prob. gap | turn-cut rollouts | response tokens | tool calls / rollout | seconds (sampling) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for x in rl["metrics"]:
             anchor = (f"{_fmt(x['anchor_accuracy'], 2)} ({x['anchor_groups_kept']})" if x.get("anchor_groups") else "–")
             lines.append(f"| {x['step']} | {_fmt(x['accuracy'], 2)} | {anchor} | {x['kept_groups']} / {x['sampled_groups']} | "
-                         f"{_fmt(x.get('clip_frac'), 3)} | {_fmt(x.get('response_len_sampled'), 0)} | "
+                         f"{_fmt(x.get('clip_frac'), 3)} | {_fmt(x.get('entropy'), 3)} | {_fmt(x.get('logprob_gap'), 4)} | "
+                         f"{x.get('turn_cut_rollouts', '–')} | {_fmt(x.get('response_len_sampled'), 0)} | "
                          f"{_fmt(x['tool_calls_per_rollout'], 2)} | {x['seconds']} ({_fmt(x.get('sample_seconds'), 0)}) |")
     if ev:
-        lines += ["", "## Evaluation (held-out tasks)", "",
+        lines += ["", "## Evaluation (test split; val_* rows: the validation split)", "",
                   "| model | benchmark | tasks | accuracy | answered | format valid | tokens/sample | tokens/success | tool calls/success |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        for label in ("base", "sft", "rl"):
-            for b, v in ev.get(label, {}).items():
+        for label, res in [(k, ev.get(k, {})) for k in ("base", "sft", "rl")] + \
+                [(f"val_{k}", v) for k, v in (ev.get("val") or {}).items()]:
+            for b, v in res.items():
                 lines.append(f"| {label} | {b} | {v['tasks']} | {_fmt(v['accuracy'], 2)} | {_fmt(v['answered'], 2)} | "
                              f"{_fmt(v['format_valid'], 2)} | {_fmt(v['tokens_per_sample'], 0)} | "
                              f"{_fmt(v['tokens_per_success'], 0)} | {_fmt(v['tool_calls_per_success'], 2)} |")

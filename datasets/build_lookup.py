@@ -1,4 +1,4 @@
-"""Build the single-hop look-up family ``datasets/mhqa/lookup/{train,eval}.jsonl``.
+"""Build the single-hop look-up family ``datasets/mhqa/lookup/{train,val,test}.jsonl``.
 
 Each task asks for ONE fact of 2WikiMultihopQA's evidence triples (subject, relation,
 object), e.g. ("Sleep, My Love", "director", "Douglas Sirk") -> "Who directed the film
@@ -8,8 +8,15 @@ with the shipped tools: searching the subject's name with the lab's own ``wiki_s
 ``OBSERVATION_CHARS`` characters of the observation -- the part a cpu-tiny rollout sees.
 So a model that searches well can score ~1, one answering from memory ~0.
 
-Splits: eval from the 2Wiki dev rows our 2Wiki eval file already uses (rows 0-199), train
-from rows 200-499; a subject never appears in both. Not used at run time:
+Splits: train from 2Wiki dev rows 200-499; held-out from the rows our 2Wiki eval file already
+uses (0-199), and a subject never appears in both train and held-out. The held-out rows were
+once one eval file, and the lab tuned on it: the cpu-tiny demo drew 16 look-ups from it
+(``random.Random(0).shuffle(tasks); tasks[:16]``). So they are split, keeping their order:
+
+- test: held-out rows from 2Wiki rows 100-199, minus those 16 tuned-on tasks; never tuned on.
+- val: every other held-out row (rows 0-99 and the 16); every tuning decision is made here.
+
+Not used at run time:
 
     PYTHONPATH=. python datasets/build_lookup.py
 """
@@ -17,6 +24,7 @@ from rows 200-499; a subject never appears in both. Not used at run time:
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -31,6 +39,8 @@ from coa_lab.tools.wiki_search import WikiSearch  # noqa: E402
 SHARED = Path("/work/shared/datasets")
 ORIGIN_FOLDER, ORIGIN_FILE = "mhqa/2wikimultihopqa_dev", "2wiki_dev500_with_context.jsonl"
 EVAL_ROWS = 200  # rows 0..199 are the shipped 2Wiki eval questions
+TEST_FROM_ROW = 100  # held-out tasks from 2Wiki rows 100-199 can be test ...
+TUNED_SEED, TUNED_ROWS = 0, 16  # ... unless the demo tuned on them (see held_out_splits)
 OBSERVATION_CHARS = 300  # cpu-tiny's gen.observation_chars: the answer must be visible in it
 
 TEMPLATES = {
@@ -50,10 +60,10 @@ TEMPLATES = {
 def build(shared: Path = SHARED) -> dict[str, list[dict]]:
     rows = list(read_jsonl(shared / ORIGIN_FOLDER / ORIGIN_FILE))
     search = WikiSearch(k=3)
-    out: dict[str, list[dict]] = {"eval": [], "train": []}
+    out: dict[str, list[dict]] = {"heldout": [], "train": []}  # held_out_splits makes val and test
     seen_subjects: dict[str, str] = {}  # subject -> split: a subject lives in one split only
     for index, row in enumerate(rows):
-        split = "eval" if index < EVAL_ROWS else "train"
+        split = "heldout" if index < EVAL_ROWS else "train"
         evidences = row["evidences"]
         if isinstance(evidences, str):
             evidences = json.loads(evidences.replace("'", '"'))
@@ -76,18 +86,47 @@ def build(shared: Path = SHARED) -> dict[str, list[dict]]:
     return out
 
 
-def main() -> None:
+def held_out_splits(held_out: list[dict]) -> dict[str, list[dict]]:
+    """Split the held-out rows (the old eval file, in its order) into val and test.
+
+    The demo (preset seed 0) drew its 16 eval look-ups as ``random.Random(0).shuffle(tasks);
+    tasks[:16]`` over that file; a shuffle's permutation depends only on the list's length, so
+    shuffling the row indices finds the same 16 without the old file.
+    """
+    order = list(range(len(held_out)))
+    random.Random(TUNED_SEED).shuffle(order)
+    tuned = set(order[:TUNED_ROWS])
+    out: dict[str, list[dict]] = {"val": [], "test": []}
+    for index, row in enumerate(held_out):
+        split = "test" if row["metadata"]["origin_row"] >= TEST_FROM_ROW and index not in tuned else "val"
+        out[split].append({**row, "id": f"lookup-{split}-{len(out[split])}"})
+    return out
+
+
+ROWS = {  # SOURCE.json: which 2Wiki rows each file comes from, and what it is for
+    "train": "2Wiki dev500 rows 200-499",
+    "val": f"the old eval file (2Wiki dev500 rows 0-{EVAL_ROWS - 1}), its tasks from rows 0-{TEST_FROM_ROW - 1} "
+           f"plus the {TUNED_ROWS} the cpu-tiny demo tuned on",
+    "test": f"the old eval file (2Wiki dev500 rows 0-{EVAL_ROWS - 1}), its tasks from rows {TEST_FROM_ROW}-"
+            f"{EVAL_ROWS - 1} minus the {TUNED_ROWS} the cpu-tiny demo tuned on",
+}
+ROLES = {"train": "", "val": "; every tuning decision is made on val",
+         "test": "; split off after tuning, never tuned on"}
+
+
+def main(folder: Path = HERE / "mhqa" / "lookup") -> None:
+    """Write train/val/test and SOURCE.json into `folder` (a test rebuilds into a temp dir)."""
     out = build()
-    folder = HERE / "mhqa" / "lookup"
+    out.update(held_out_splits(out.pop("heldout")))
     entries = []
-    for split in ("train", "eval"):
+    for split in ("train", "val", "test"):
         path = folder / f"{split}.jsonl"
         write_jsonl(path, out[split])
         entries.append(shipped_entry(
             path, len(out[split]),
-            f"2Wiki dev500 rows {'0-199' if split == 'eval' else '200-499'}: every evidence triple of the "
+            f"{ROWS[split]}: every evidence triple of the "
             f"relations {sorted(TEMPLATES)} turned into a question whose answer BM25 shows within "
-            f"{OBSERVATION_CHARS} characters when searching the subject",
+            f"{OBSERVATION_CHARS} characters when searching the subject{ROLES[split]}",
             [{**origin(SHARED, ORIGIN_FOLDER, ORIGIN_FILE), "shared_file": f"{ORIGIN_FOLDER}/{ORIGIN_FILE}"}],
             note="coa_lab Task layout; metadata.relation/subject/origin_row; built by datasets/build_lookup.py",
         ))

@@ -122,10 +122,11 @@ def build_trajectories() -> None:
 
 
 def all_eval_questions() -> set[str]:
-    """Normalized questions of every shipped eval file: the suites' eval files (jsonl and
+    """Normalized questions of every shipped held-out file (validation and test): the suites' eval files (jsonl and
     parquet) plus any other ``eval.jsonl``, so a file added outside the suites still counts."""
-    paths = {HERE / rel for splits in SUITE_FILES.values() for rel in splits["eval"].values()}
-    paths |= set(HERE.rglob("eval.jsonl"))
+    paths = {HERE / rel for splits in SUITE_FILES.values() for split in ("val", "test")
+             for rel in splits.get(split, {}).values()}
+    paths |= set(HERE.rglob("eval.jsonl")) | set(HERE.rglob("val.jsonl")) | set(HERE.rglob("test.jsonl"))
     return {normalize_answer(t.question) for path in sorted(paths) for t in load_tasks(path)}
 
 

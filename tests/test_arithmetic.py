@@ -1,6 +1,7 @@
 """The generated tool-arithmetic family: deterministic, disjoint splits, exact scoring, and
 the shipped files are exactly what the generator writes."""
 
+import hashlib
 import json
 import re
 
@@ -22,15 +23,41 @@ def test_same_seed_same_tasks_other_seed_other_tasks():
 
 def test_splits_are_disjoint_and_decided_by_the_question_alone():
     train = arithmetic.generate("train", 600)
-    evals = arithmetic.generate("eval", 120)
-    assert not {t.question for t in train} & {t.question for t in evals}
+    val, test = arithmetic.generate("val", 120), arithmetic.generate("test", 120)
+    splits = {"train": train, "val": val, "test": test}
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        assert not {t.question for t in splits[a]} & {t.question for t in splits[b]}, (a, b)
     assert all(arithmetic.split_of(t.question) == "train" for t in train)
-    assert all(arithmetic.split_of(t.question) == "eval" for t in evals)
+    assert all(arithmetic.split_of(t.question) == "heldout" for t in val + test)
     assert len({t.question for t in train}) == len(train)  # no repeats within a split either
 
 
+def test_val_is_the_held_out_prefix_and_test_follows_it():
+    # val is the first VAL_ROWS held-out problems whatever n asks for; test never repeats them
+    assert [t.question for t in arithmetic.generate("val", 50)] == [
+        t.question for t in arithmetic.generate("val", arithmetic.VAL_ROWS)[:50]]
+    assert [t.id for t in arithmetic.generate("test", 3)] == ["arith-test-0", "arith-test-1", "arith-test-2"]
+    val_q = {t.question for t in arithmetic.generate("val", arithmetic.VAL_ROWS)}
+    assert not val_q & {t.question for t in arithmetic.generate("test", 200)}
+
+
+def test_test_shares_no_expression_or_name_swapped_question_with_train_or_val():
+    seen = arithmetic.generate("train", arithmetic.SHIPPED_SIZES["train"]) + arithmetic.generate("val", arithmetic.VAL_ROWS)
+    test = arithmetic.generate("test", arithmetic.SHIPPED_SIZES["test"])
+    assert not {t.metadata["expression"] for t in test} & {t.metadata["expression"] for t in seen}
+    assert not {arithmetic.name_free(t.question) for t in test} & {arithmetic.name_free(t.question) for t in seen}
+
+
+def test_name_free_hides_only_the_names():
+    a = "Mia buys 16 packs of 74 stickers and gives away 662 stickers. How many stickers does Mia have left?"
+    b = a.replace("Mia", "Kofi")
+    assert a != b and arithmetic.name_free(a) == arithmetic.name_free(b)
+    assert arithmetic.name_free("What is 3945 minus 2030?") == "What is 3945 minus 2030?"
+    assert arithmetic.name_free("Minas buys") == "Minas buys"  # whole words only
+
+
 def test_levels_cycle_and_answers_are_the_expression_value():
-    tasks = arithmetic.generate("eval", 30)
+    tasks = arithmetic.generate("val", 15) + arithmetic.generate("test", 15)
     assert [t.metadata["level"] for t in tasks[:6]] == [1, 2, 3, 1, 2, 3]
     for t in tasks:
         expr = t.metadata["expression"]
@@ -49,7 +76,7 @@ def test_level_three_has_a_distractor_number():
 
 
 def test_exact_scorer_on_generated_tasks():
-    t = arithmetic.generate("eval", 1)[0]
+    t = arithmetic.generate("test", 1)[0]
     gold = int(t.answers[0])
     assert score(t, str(gold)) == 1.0 and score(t, f"\\boxed{{{gold}}}") == 1.0
     assert score(t, str(gold + 1)) == 0.0 and score(t, None) == 0.0
@@ -57,18 +84,36 @@ def test_exact_scorer_on_generated_tasks():
 
 def test_bad_arguments_fail_clearly():
     with pytest.raises(ValueError, match="split"):
-        arithmetic.generate("test", 1)
+        arithmetic.generate("eval", 1)  # the old split: now val (tuned on) and test
+    with pytest.raises(ValueError, match="val has 240"):
+        arithmetic.generate("val", arithmetic.VAL_ROWS + 1)  # more would be test's problems
     with pytest.raises(ValueError, match="levels"):
         arithmetic.generate("train", 1, levels=(4,))
 
 
 def test_shipped_files_are_exactly_the_generator_output(tmp_path):
     arithmetic.write_shipped(tmp_path)
-    for split in ("train", "eval"):
+    for split in ("train", "val", "test"):
         shipped = DATASETS_DIR / "math" / "arith" / f"{split}.jsonl"
         assert shipped.read_bytes() == (tmp_path / "math" / "arith" / f"{split}.jsonl").read_bytes()
+        assert len(load_suite("math", split, benchmark="arith")) == arithmetic.SHIPPED_SIZES[split]
     assert (DATASETS_DIR / "math" / "arith" / "SOURCE.json").read_text() == (tmp_path / "math" / "arith" / "SOURCE.json").read_text()
-    assert len(load_suite("math", "eval", benchmark="arith")) == arithmetic.SHIPPED_SIZES["eval"]
+    assert sorted(p.name for p in (tmp_path / "math" / "arith").iterdir()) == ["SOURCE.json", "test.jsonl", "train.jsonl", "val.jsonl"]
+    eval_alias = load_suite("math", "eval", benchmark="arith")
+    assert [t.id for t in eval_alias] == [t.id for t in load_suite("math", "test", benchmark="arith")]
+
+
+# sha256 of train.jsonl and of the old eval.jsonl before val/test existed: train must not move
+# (capture, RL and datasets/teacher_runs use its ids), and val must be the old eval rows
+OLD_TRAIN_SHA256 = "505e7155e16dccdcd0e61e9f60b66538b62921b36537cc9051b3e57eed67210d"
+OLD_EVAL_SHA256 = "0cb4af04335bd88cfc3253b83c52008f3218bfc04f3eefc014ff6d38f666ede5"
+
+
+def test_train_is_unchanged_and_val_is_the_old_eval_set():
+    folder = DATASETS_DIR / "math" / "arith"
+    assert hashlib.sha256((folder / "train.jsonl").read_bytes()).hexdigest() == OLD_TRAIN_SHA256
+    val = (folder / "val.jsonl").read_bytes()
+    assert hashlib.sha256(val.replace(b'"arith-val-', b'"arith-eval-')).hexdigest() == OLD_EVAL_SHA256
 
 
 def test_worked_examples_are_correct_and_nearest_picks_the_same_kind():
@@ -84,6 +129,6 @@ def test_worked_examples_are_correct_and_nearest_picks_the_same_kind():
 
 
 def test_no_worked_example_leaks_a_shipped_task():
-    shipped = {json.loads(line)["question"] for split in ("train", "eval") for fam in ("math/arith", "mhqa/lookup")
+    shipped = {json.loads(line)["question"] for split in ("train", "val", "test") for fam in ("math/arith", "mhqa/lookup")
                for line in (DATASETS_DIR / fam / f"{split}.jsonl").read_text().splitlines()}
     assert not {ex.question for ex in MATH + MHQA} & shipped

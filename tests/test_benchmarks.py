@@ -51,5 +51,5 @@ def test_capture_benchmark_compares_concurrency_through_retries(tmp_path):
 
 
 def test_eval_benchmark_compares_one_pass_with_per_suite_passes(tmp_path):
-    out = _bench("eval", ["--scale", "0.05"], tmp_path)
-    assert out["tasks"] == 5 and out["one_pass_seconds"] > 0 and out["per_suite_seconds"] > 0
+    out = _bench("eval", ["--scale", "0.02"], tmp_path)  # 2% of 144 + 48 + 4 + 4 test tasks: 3 + 1 + 1 + 1
+    assert out["tasks"] == 6 and out["one_pass_seconds"] > 0 and out["per_suite_seconds"] > 0

@@ -72,4 +72,4 @@ def test_eval_any_model_on_any_task_file(tmp_path, capsys):
     assert row.split()[1] == "2"  # both tasks evaluated
     assert main(["eval", "--suite", "math/arith", "--limit", "2", "--set", "gen.max_new_tokens=16",
                  "--set", "gen.max_turns=1"]) == 0
-    assert "math/arith/eval.jsonl" in capsys.readouterr().out
+    assert "math/arith/test.jsonl" in capsys.readouterr().out

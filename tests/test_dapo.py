@@ -307,3 +307,12 @@ def test_high_ratio_frac_counts_tokens_only_clip_higher_keeps():
     assert pos["high_ratio_frac"] == pytest.approx(2 / 3)  # 1.25 and 1.5 exceed 1 + clip_low
     _, neg = dapo_token_loss(lp, old, torch.tensor([-1.0]), torch.ones(1, 3))
     assert neg["high_ratio_frac"] == 0.0  # negative advantage: the upper clip never applies
+
+
+def test_probability_gap_is_per_masked_token():
+    from coa_lab.rl import dapo
+
+    train = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    sampled = torch.log(torch.tensor([[0.5, 0.3, 0.1]]))
+    gap = dapo.probability_gap(train, sampled, torch.tensor([[1, 1, 0]]))
+    assert torch.allclose(gap, torch.tensor([0.0, 0.1]), atol=1e-6)  # the unmasked 0.8 gap is not counted

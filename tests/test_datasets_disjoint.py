@@ -1,17 +1,24 @@
-"""Shipped data hygiene: no train/eval leakage, corpus covers HotpotQA evidence,
-provenance files present, and every gold answer scores 1.0 against itself."""
+"""Shipped data hygiene: no leakage between train, val and test, corpus covers HotpotQA
+evidence, provenance files present, and every gold answer scores 1.0 against itself."""
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import pytest
 
 from coa_lab.paths import DATASETS_DIR
 from coa_lab.tasks import load_suite, normalize_answer, score
+from coa_lab.tasks.arithmetic import name_free
 from coa_lab.tasks.suites import SUITE_FILES
 
 TRAJECTORIES = DATASETS_DIR / "trajectories"
+TEACHER_RUNS = DATASETS_DIR / "teacher_runs" / "smollm2_135m_cpu_tiny.jsonl"
+FAMILIES = {"math": "arith", "mhqa": "lookup"}  # suite -> the learnable family with train/val/test
+# The one known overlap, kept because val must stay exactly the old eval set: a sticker story
+# that differs from a train one only by the buyer's name (same expression). Test has none.
+KNOWN_VAL_TRAIN_OVERLAPS = {("arith-train-820", "arith-val-97")}
 
 
 def _trajectory_questions() -> dict[str, set[str]]:
@@ -32,7 +39,8 @@ def _all(split: str) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def eval_files():
-    return _all("eval")
+    """Every file that is not training data: val and test ("eval" is an alias of test)."""
+    return {f"{name} ({split})": tasks for split in ("val", "test") for name, tasks in _all(split).items()}
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +67,54 @@ def test_train_pools_and_trajectories_disjoint_from_eval(eval_files, eval_tasks)
     assert not eval_ids & traj["ids"]
 
 
+def test_eval_is_an_alias_of_test():
+    for splits in SUITE_FILES.values():
+        assert splits["eval"] is splits["test"]
+
+
 def test_no_duplicate_ids_within_or_across_files(eval_tasks):
-    for split in ("train", "eval"):
+    for split in ("train", "val", "test"):
         for name, tasks in _all(split).items():
             ids = [t.id for t in tasks]
             assert len(ids) == len(set(ids)), (name, split)
     ids = [t.id for t in eval_tasks]
-    assert len(ids) == len(set(ids))  # ids are unique across every eval set too
+    assert len(ids) == len(set(ids))  # ids are unique across every val and test set too
+
+
+@pytest.fixture(scope="module")
+def families():
+    return {f"{suite}/{bench}": {split: load_suite(suite, split, benchmark=bench) for split in ("train", "val", "test")}
+            for suite, bench in FAMILIES.items()}
+
+
+def _overlaps(a: list, b: list, key) -> set[tuple[str, str]]:
+    """(id in a, id in b) of every pair of tasks with the same key."""
+    by_key: dict = {}
+    for t in b:
+        by_key.setdefault(key(t), []).append(t.id)
+    return {(t.id, other) for t in a for other in by_key.get(key(t), [])}
+
+
+def test_learnable_family_splits_are_pairwise_disjoint(families):
+    keys = {"id": lambda t: t.id, "question": lambda t: normalize_answer(t.question)}
+    arith_keys = {"expression": lambda t: t.metadata["expression"],
+                  "name-swapped question": lambda t: normalize_answer(name_free(t.question))}
+    for name, splits in families.items():
+        assert all(splits.values()), name
+        for (a, tasks_a), (b, tasks_b) in itertools.combinations(splits.items(), 2):
+            for what, key in {**keys, **(arith_keys if name == "math/arith" else {})}.items():
+                found = _overlaps(tasks_a, tasks_b, key)
+                allowed = KNOWN_VAL_TRAIN_OVERLAPS if (a, b) == ("train", "val") and what in arith_keys else set()
+                assert found == allowed, (name, a, b, what, sorted(found))
+
+
+def test_teacher_runs_are_on_train_tasks(families):
+    train = {t.id: t for splits in families.values() for t in splits["train"]}
+    runs = [json.loads(line) for line in TEACHER_RUNS.open(encoding="utf-8")]
+    assert runs
+    for run in runs:
+        assert run["task_id"] in train, run["task_id"]
+        assert run["question"] == train[run["task_id"]].question, run["task_id"]  # the id still names that task
 
 
 def test_corpus_shape_and_dedup(corpus):
@@ -105,7 +154,7 @@ def test_datasets_stay_lean():
     assert total <= 40 * 1024 * 1024
 
 
-@pytest.mark.parametrize("name, split", [("math", "train"), ("math", "eval"), ("mhqa", "train"), ("mhqa", "eval")])
+@pytest.mark.parametrize("name, split", [(n, s) for n in ("math", "mhqa") for s in ("train", "val", "test")])
 def test_gold_answers_score_one(name, split):
     # Raw golds (no <answer> wrapper); tests/test_gold_selftest.py covers the full answer path.
     for task in load_suite(name, split):

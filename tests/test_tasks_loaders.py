@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coa_lab.tasks import DatasetError, Task, detect_layout, load_suite, load_tasks
+from coa_lab.tasks import DatasetError, Task, detect_layout, load_suite, load_tasks, suite_files, suite_path
 
 SHARED = Path("/work/shared/datasets")
 
@@ -134,11 +134,32 @@ def test_load_suite_shipped_sizes():
     with pytest.raises(ValueError, match="unknown suite"):
         load_suite("chess", "eval")
     with pytest.raises(ValueError, match="unknown split"):
-        load_suite("math", "test")
+        load_suite("math", "dev")
     with pytest.raises(ValueError, match="no eval benchmark 'gsm9k'.*math500"):
         load_suite("math", "eval", benchmark="gsm9k")
     with pytest.raises(DatasetError, match="no train split"):
         load_suite("web", "train")
+
+
+def test_load_suite_val_and_test_splits():
+    # "test" is what "eval" was, except the learnable families now point at their test files
+    for name in ("math", "mhqa", "code", "web"):
+        assert suite_files(name, "test") == suite_files(name, "eval")
+    assert suite_path("math", "eval", benchmark="arith").name == "test.jsonl"
+    assert suite_path("mhqa", "eval", benchmark="lookup").name == "test.jsonl"
+    assert len(load_suite("math", "test", benchmark="arith")) == 480
+    assert len(load_suite("mhqa", "test", benchmark="lookup")) == 173
+    # val: only the learnable families, and they are the default
+    assert [t.id for t in load_suite("math", "val")] == [t.id for t in load_suite("math", "val", benchmark="arith")]
+    assert len(load_suite("math", "val")) == 240 and load_suite("math", "val")[0].id == "arith-val-0"
+    assert len(load_suite("mhqa", "val")) == 201 and load_suite("mhqa", "val")[0].id == "lookup-val-0"
+    for name in ("code", "web"):
+        with pytest.raises(DatasetError, match="no validation split"):
+            load_suite(name, "val")
+    with pytest.raises(DatasetError, match="no validation split"):
+        load_suite("code", "val", benchmark="mbpp")
+    with pytest.raises(ValueError, match="no val benchmark 'gsm8k'"):
+        load_suite("math", "val", benchmark="gsm8k")  # tuning happens on the families, not the benchmarks
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="source checkout /work/shared not available")

@@ -174,7 +174,7 @@ def test_any_model_output_leaves_a_well_formed_rollout(tok, tools, turns):
     task = Task("f", "What is 2 + 2?", ["4"], "test", "math", {})
     rollouts = run_coa(Replay(tok, turns), [task, task], tools, cfg)
     for r in rollouts:
-        assert r.finish in {"answer", "eos", "length", "no_action", "max_turns"}
+        assert r.finish in {"answer", "eos", "length", "turn_length", "no_action", "max_turns"}
         assert len(r.response_ids) == len(r.response_mask) <= cfg.max_response_tokens
         assert r.tool_calls <= cfg.max_turns and r.tool_errors <= r.tool_calls
         # every 0-run of the mask is an observation the environment wrote, never model text

@@ -42,8 +42,8 @@ def test_lookup_runs_answer_from_their_passage(run):
 def test_no_worked_run_is_a_shipped_task():
     """Worked examples sit in the teacher's prompts: a shipped question there would leak its
     answer into capture (train) or into the teacher's held-out evaluation (eval)."""
-    shipped = {t.question for split in ("train", "eval") for t in load_suite("math", split, benchmark="arith")}
-    lookups = [t for split in ("train", "eval") for t in load_suite("mhqa", split, benchmark="lookup")]
+    shipped = {t.question for split in ("train", "val", "test") for t in load_suite("math", split, benchmark="arith")}
+    lookups = [t for split in ("train", "val", "test") for t in load_suite("mhqa", split, benchmark="lookup")]
     shipped |= {t.question for t in lookups}
     subjects = {t.metadata.get("subject") for t in lookups}
     for run in (*MATH, *MHQA):

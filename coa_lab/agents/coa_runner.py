@@ -25,11 +25,17 @@ class Rollout:
     prompt_ids: list[int]
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)  # 1 = policy token, 0 = observation token
+    # per response token: the sampler's log-prob of a policy token (0.0 on observation tokens),
+    # and per policy token the entropy it was sampled from; empty when the backend reports none
+    response_logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
     text: str = ""  # the response, decoded piece by piece exactly as the model saw it
     tool_calls: int = 0
     tool_errors: int = 0
-    finish: str = "running"  # answer | eos | no_action | max_turns | length
-    truncated: bool = False  # hit the response budget: DAPO's overlong filtering masks these
+    # answer | eos | no_action | max_turns | turn_length (one turn hit gen.max_new_tokens: a
+    # loop, a failure the gradient must see) | length (the whole response budget ran out)
+    finish: str = "running"
+    truncated: bool = False  # hit the RESPONSE budget only: what DAPO's overlong filtering may mask
 
     @property
     def done(self) -> bool:
@@ -111,6 +117,9 @@ class _CoaTurns:
             ids = gen.token_ids[: max(room, 0)]
             r.response_ids += ids
             r.response_mask += [1] * len(ids)
+            if gen.logprobs is not None:
+                r.response_logprobs += list(gen.logprobs[: len(ids)])
+                r.entropies += list(gen.entropies[: len(ids)])
             r.text += tok.decode(ids, skip_special_tokens=False)
             if len(r.response_ids) >= cfg.max_response_tokens:
                 r.finish, r.truncated = "length", True
@@ -127,7 +136,10 @@ class _CoaTurns:
             elif gen.finish_reason == "eos":
                 r.finish = "eos"
             elif gen.finish_reason == "length":
-                r.finish, r.truncated = "length", True
+                # the turn ran into gen.max_new_tokens with budget left: almost always a loop.
+                # Not DAPO's "overlong" (that is the response budget above), so it stays in the
+                # loss with its reward of 0 and a mixed group gives it a negative advantage.
+                r.finish = "turn_length"
             else:
                 r.finish = "no_action"
         observations = _run_tools(tools, pending, self.seen_calls, cfg.tool_timeout_s)
@@ -140,6 +152,8 @@ class _CoaTurns:
             room = cfg.max_response_tokens - len(r.response_ids)
             r.response_ids += ids[:room]
             r.response_mask += [0] * len(ids[:room])
+            if r.response_logprobs:  # keep the per-token lists aligned with response_ids
+                r.response_logprobs += [0.0] * len(ids[:room])
             r.text += tok.decode(ids[:room], skip_special_tokens=False)
             if len(ids) >= room:
                 r.finish, r.truncated = "length", True

@@ -95,8 +95,13 @@ def dapo_token_loss(
     return loss, stats
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int = 1) -> torch.Tensor:
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int = 1,
+                   temperature: float = 1.0) -> torch.Tensor:
     """log p(token_t | tokens_<t) for every position t >= start; positions < start get 0.
+
+    temperature: the SAMPLING temperature. The rollouts were drawn from softmax(logits / T), so
+    the ratio and the gradient must be taken of that policy too (verl divides the same way);
+    scoring at T = 1 what was sampled at T = 0.8 optimises another policy than the one sampled.
 
     input_ids, attention_mask: [B, L] (right-padded) -> [B, L].
     start: the first position whose log-prob is needed (the shortest prompt's length: no
@@ -108,8 +113,24 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     start = max(1, min(int(start), length))
     # logits_to_keep=k: the model applies its LM head to the last k positions only
     logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=length - start + 1).logits
-    logits = logits[:, :-1].float()  # [B, L-start, V]: position t predicts token t+1
+    logits = logits[:, :-1].float() / check_temperature(temperature)  # [B, L-start, V]: position t predicts token t+1
     targets = input_ids[:, start:]  # [B, L-start]
     # cross_entropy = -log p(target); it avoids materialising a second [B, L, V] tensor.
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
     return torch.nn.functional.pad(-nll, (start, 0))  # [B, L]
+
+
+def check_temperature(temperature: float) -> float:
+    """The policy's temperature as a divisor; greedy (0) has no log-probs to train on."""
+    if not temperature > 0:
+        raise ValueError(f"log-probs need a sampling temperature > 0, got {temperature!r} (greedy decoding is not a policy to train)")
+    return float(temperature)
+
+
+def probability_gap(train_logprobs: torch.Tensor, sample_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """|p_train(a) - p_sampler(a)| of every masked token: [n masked]. Its mean is verl's
+    `rollout_probs_diff_mean`. The trainer's probability of each sampled token, before any update,
+    must equal the probability the sampler drew it with (same weights, same temperature): below
+    ~0.005 is arithmetic noise; a temperature or precision mismatch shows up as 0.01 and more.
+    Inputs [B, T]."""
+    return (train_logprobs.float().exp() - sample_logprobs.float().exp()).abs()[mask.bool()]

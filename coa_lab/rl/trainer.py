@@ -120,6 +120,15 @@ def _pad(rows: list[list[int]], value: int):
     return torch.tensor([r + [value] * (width - len(r)) for r in rows])
 
 
+def rl_seed(preset: Preset) -> int:
+    """The seed of RL's randomness: `rl.seed`, or the preset's when unset."""
+    return preset.seed if preset.rl.seed is None else preset.rl.seed
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
 MICRO_BATCH = 4  # rollouts per forward: bounds the logits of a step ([rollouts x response, V])
 
 
@@ -175,11 +184,12 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
         """[len(sub), width] log-probs of rollouts `sub` (one group's: they share a prompt)."""
         if packed:  # the shared prompt once, no padding (coa_lab/packing.py)
             return packing.sequence_logprobs(model, [ids[i] for i in sub], [list(range(len(sub)))],
-                                             [len(flat[i].prompt_ids) for i in sub], pad_id, width)
+                                             [len(flat[i].prompt_ids) for i in sub], pad_id, width,
+                                             temperature=rl.temperature)
         # padded to the micro-batch's longest; no prompt token is in the loss: skip their logits
         t, longest = torch.tensor(sub, device=device), max(len(ids[i]) for i in sub)
         out = dapo.token_logprobs(model, input_ids[t, :longest], attention[t, :longest],
-                                  min(len(flat[i].prompt_ids) for i in sub))
+                                  min(len(flat[i].prompt_ids) for i in sub), temperature=rl.temperature)
         return torch.nn.functional.pad(out, (0, width - longest))
 
     mini_batches = _micro_batches(groups, rl.mini_batches)  # the same on every rank: one shared `random`
@@ -208,7 +218,9 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
             t = torch.tensor(sub, device=device)
             with compute():
                 logp = logprobs(sub)
-            old_sub = logp.detach().float() if n_mb == 0 else old[t]
+            if n_mb == 0:  # before any update: this forward is the old policy; kept for the gap below
+                old[t] = logp.detach().float()
+            old_sub = old[t]
             loss, st = dapo.dapo_token_loss(logp, old_sub, adv[t], loss_mask[t],
                                             rl.clip_low, rl.clip_high, n_tokens=n_tokens,
                                             aggregation=rl.loss_agg, n_sequences=n_sequences)
@@ -219,11 +231,29 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
         distributed.all_reduce_gradients(params)  # the whole mini-batch's gradient on every rank
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
+    # Consistency: `old` now holds the trainer's pre-update log-prob of every token this rank
+    # scored. On policy tokens it must equal the log-prob the sampler drew the token with (same
+    # weights, same temperature): verl's rollout_probs_diff_mean, over every policy token, the
+    # overlong-filtered samples included.
+    gap_sum, gap_n, gap_max = 0.0, 0.0, 0.0
+    scored = sorted({i for mb in mine for sub in mb for i in sub})
+    with_lp = [i for i in scored if len(flat[i].response_logprobs) == len(flat[i].response_ids)]
+    if with_lp:
+        t = torch.tensor(with_lp, device=device)
+        sampler = _pad([[0.0] * len(flat[i].prompt_ids) + flat[i].response_logprobs for i in with_lp], 0.0)
+        policy = _pad([[0] * len(flat[i].prompt_ids) + flat[i].response_mask for i in with_lp], 0)
+        width_lp = sampler.shape[1]
+        gap = dapo.probability_gap(old[t, :width_lp], sampler.to(device), policy.to(device))
+        gap_sum, gap_n, gap_max = float(gap.sum()), float(gap.numel()), float(gap.max()) if gap.numel() else 0.0
     # per-micro-batch statistics: sums and counts over all ranks, so the log is one process's
     keys = list(stats)
-    totals = distributed.all_reduce_sum([sum(stats[k]) for k in keys] + [float(len(stats["clip_frac"]))])
+    totals = distributed.all_reduce_sum([sum(stats[k]) for k in keys] + [gap_sum, gap_n]
+                                        + [float(len(stats["clip_frac"]))])
     count = totals[-1]
     out = {k: (totals[i] / count if count else 0.0) for i, k in enumerate(keys)}
+    if totals[-2] > 0:  # a backend that reports no sampling log-probs (vLLM here) leaves it out
+        out["logprob_gap"] = totals[-3] / totals[-2]  # mean |p_trainer - p_sampler| per policy token
+        out["logprob_gap_max"] = gap_max  # this rank's largest
     out["loss"] = totals[keys.index("loss")] / max(1, len(mini_batches))
     out["train_tokens"] = int(loss_mask.sum())
     out["masked_observation_tokens"] = sum(len(r.response_mask) - sum(r.response_mask) for r in flat)
@@ -340,13 +370,14 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rl = preset.rl
-    random.seed(preset.seed)  # the same on every rank: they draw the same tasks, in the same order
-    torch.manual_seed(preset.seed)  # the same LoRA initialisation on every rank ...
+    seed = rl_seed(preset)
+    random.seed(seed)  # the same on every rank: they draw the same tasks, in the same order
+    torch.manual_seed(seed)  # the same LoRA initialisation on every rank ...
     checkpoint = latest_rl_checkpoint(out_dir) if resume else None
     state = torch.load(checkpoint / "state.pt", weights_only=False) if checkpoint else None
     model, tokenizer = load_model(preset.model, adapter=checkpoint / "adapter" if checkpoint else adapter, trainable=True)
     if distributed.world_size() > 1:  # ... but each rank samples its own rollouts
-        torch.manual_seed(preset.seed + 1000 * distributed.rank())
+        torch.manual_seed(seed + 1000 * distributed.rank())
     compute = lambda: compute_context(model, preset.model)  # noqa: E731 - same numerics for sampling and training
     if generator_factory is not None:
         generator = generator_factory(model, tokenizer)
@@ -363,7 +394,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
         raise ValueError("RL needs training tasks; the pool is empty")
 
     pool_iter = _TaskCycle(pool)
-    anchor_iter = _Counted(anchor_stream(list(anchors), preset.seed)) if anchors and rl.anchors_per_step > 0 else None
+    anchor_iter = _Counted(anchor_stream(list(anchors), seed)) if anchors and rl.anchors_per_step > 0 else None
     metrics_path = out_dir / "metrics.jsonl"
     adapter_dir = out_dir / "adapter"
     metrics, sampled, first_step = [], [], 0
@@ -414,6 +445,12 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 # every sampled rollout's length (policy + observation tokens): the curve DAPO's
                 # overlong shaping acts on
                 "response_len_sampled": sum(len(r.response_ids) for r, _, _ in samples) / max(1, len(samples)),
+                # mean entropy (nats) of the distributions the sampled policy tokens were drawn from:
+                # a collapse towards one answer shows as a falling entropy, a loop as a very low one
+                "entropy": _mean([e for r, _, _ in samples for e in r.entropies]),
+                # rollouts cut by the per-turn cap (gen.max_new_tokens): loops, kept in the loss
+                "turn_cut_rollouts": sum(r.finish == "turn_length" for r, _, _ in samples),
+                "overlong_rollouts": sum(r.truncated for r, _, _ in samples),
                 # rollouts whose advantage is not zero: the only ones that move the weights. The
                 # rest of the sampled ones were dropped or sat in an all-equal group (wasted work).
                 "signal_rollouts": int((dapo.group_advantages(torch.tensor(rewards)) != 0).sum()) if groups else 0,

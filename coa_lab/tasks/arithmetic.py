@@ -9,10 +9,19 @@ right one-line Python program scores ~1. Three levels give RL headroom beyond SF
 Every task is a plain :class:`Task` (profile ``math``, graded by the same exact numeric
 scorer as GSM8K) with ``metadata = {"family": "arith", "level", "expression"}``.
 
-Splits are disjoint *by construction*: one seeded stream of problems, and a problem belongs
-to ``eval`` iff a hash of its question text falls in the eval bucket. The same seed gives the
-same files on every machine (`python -m coa_lab.tasks.arithmetic --write` rebuilds the
-shipped ``datasets/math/arith/{train,eval}.jsonl``; a test checks they are byte-identical).
+Three splits from one seeded stream of problems:
+
+- ``train``: a problem is train iff a hash of its question text falls outside the held-out
+  bucket (1 in ``HELDOUT_BUCKETS``), so train and held-out never share a question.
+- ``val``: the first ``VAL_ROWS`` held-out problems; every tuning decision is made here
+  (these were the old ``eval`` rows, on which the lab's hyperparameters were tuned).
+- ``test``: the held-out problems after those, minus any whose expression (numbers and
+  operators) or name-swapped question (a sticker story with another name) already is a
+  train or val problem; made after tuning, so nothing was ever tuned on it.
+
+The same seed gives the same files on every machine (`python -m coa_lab.tasks.arithmetic
+--write` rebuilds the shipped ``datasets/math/arith/{train,val,test}.jsonl``; a test checks
+they are byte-identical).
 """
 
 from __future__ import annotations
@@ -20,22 +29,33 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from pathlib import Path
 
 from coa_lab.tasks.records import Task
 
 FAMILY = "arith"
 LEVELS = (1, 2, 3)
-EVAL_BUCKETS = 10  # 1 in 10 questions goes to eval
-SHIPPED_SIZES = {"train": 2400, "eval": 240}  # rows per split in datasets/math/arith/
+SPLITS = ("train", "val", "test")
+HELDOUT_BUCKETS = 10  # 1 in 10 questions is held out (val, then test); the rest is train
+VAL_ROWS = 240  # the first 240 held-out problems are val: exactly the old eval set
+SHIPPED_SIZES = {"train": 2400, "val": VAL_ROWS, "test": 480}  # rows per split in datasets/math/arith/
 
 NAMES = ("Mia", "Omar", "Lena", "Ravi", "Sofia", "Jonas", "Aiko", "Tariq", "Nora", "Pablo", "Ines", "Kofi")
+_NAME_RE = re.compile(r"\b(?:" + "|".join(NAMES) + r")\b")
 
 
 def split_of(question: str) -> str:
-    """'eval' for one question in EVAL_BUCKETS, decided by its text alone (so never both)."""
+    """'heldout' for one question in HELDOUT_BUCKETS, decided by its text alone (so never
+    both), else 'train'. Held-out questions become val or test (see :func:`generate`)."""
     digest = hashlib.sha256(question.encode()).digest()
-    return "eval" if digest[0] % EVAL_BUCKETS == 0 else "train"
+    return "heldout" if digest[0] % HELDOUT_BUCKETS == 0 else "train"
+
+
+def name_free(question: str) -> str:
+    """The question with every name replaced: two sticker stories that differ only by the
+    buyer's name are the same problem, though their texts (and so their hashes) differ."""
+    return _NAME_RE.sub("<name>", question)
 
 
 def _level1(rng: random.Random) -> tuple[str, str]:
@@ -89,33 +109,73 @@ def _level3(rng: random.Random) -> tuple[str, str]:
 _LEVEL_FNS = {1: _level1, 2: _level2, 3: _level3}
 
 
+def _problems(part: str, n: int, seed: int, levels: tuple[int, ...], keep_from: int = 0,
+              keep=lambda question, expression: True) -> list[tuple[int, str, str]]:
+    """The first `n` (level, question, expression) of `part` ("train" or "heldout") in the
+    seeded stream, levels cycling 1, 2, 3, 1, ...; from index `keep_from` on, a problem is
+    also skipped unless keep(question, expression)."""
+    rng = random.Random(f"{FAMILY}-{seed}")  # a str seed: stable across Python versions
+    out, seen = [], set()
+    while len(out) < n:
+        level = levels[len(out) % len(levels)]
+        # draw until this level yields a new question of the wanted part
+        while True:
+            question, expression = _LEVEL_FNS[level](rng)
+            if (question not in seen and split_of(question) == part
+                    and (len(out) < keep_from or keep(question, expression))):
+                break
+        seen.add(question)
+        out.append((level, question, expression))
+    return out
+
+
 def generate(split: str, n: int, seed: int = 0, levels: tuple[int, ...] = LEVELS) -> list[Task]:
-    """The first `n` problems of `split`, levels cycling 1, 2, 3, 1, ...; same seed, same tasks."""
-    if split not in ("train", "eval"):
-        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    """The first `n` problems of `split` (train, val, test); same seed, same tasks.
+
+    val has at most VAL_ROWS problems (more would be test's). test skips any problem whose
+    expression or name-free question is already one of the shipped train problems (the first
+    SHIPPED_SIZES["train"]) or of val, for the same seed and levels.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r} (the old 'eval' rows are now 'val')")
     bad = set(levels) - set(LEVELS)
     if bad or not levels:
         raise ValueError(f"levels must be a non-empty subset of {LEVELS}, got {levels!r}")
-    rng = random.Random(f"{FAMILY}-{seed}")  # a str seed: stable across Python versions
-    tasks, seen = [], set()
-    while len(tasks) < n:
-        level = levels[len(tasks) % len(levels)]
-        # draw until this level yields a new question of the wanted split
-        while True:
-            question, expression = _LEVEL_FNS[level](rng)
-            if question not in seen and split_of(question) == split:
-                break
-        seen.add(question)
+    if split == "train":
+        problems = _problems("train", n, seed, levels)
+    elif split == "val":
+        if n > VAL_ROWS:
+            raise ValueError(f"val has {VAL_ROWS} problems; the held-out ones after them are test")
+        problems = _problems("heldout", n, seed, levels)
+    else:
+        # test continues the held-out stream after val, so val stays exactly the old eval set
+        seen = _problems("train", SHIPPED_SIZES["train"], seed, levels) + _problems("heldout", VAL_ROWS, seed, levels)
+        expressions = {expression for _, _, expression in seen}
+        questions = {name_free(question) for _, question, _ in seen}
+        problems = _problems("heldout", VAL_ROWS + n, seed, levels, keep_from=VAL_ROWS,
+                             keep=lambda q, e: e not in expressions and name_free(q) not in questions)[VAL_ROWS:]
+    tasks = []
+    for i, (level, question, expression) in enumerate(problems):
         answer = eval(expression, {"__builtins__": {}})  # noqa: S307 - our own template, digits and + - * //
-        tasks.append(Task(id=f"{FAMILY}-{split}-{len(tasks)}", question=question, answers=[str(answer)],
+        tasks.append(Task(id=f"{FAMILY}-{split}-{i}", question=question, answers=[str(answer)],
                           source=FAMILY, profile="math",
                           metadata={"family": FAMILY, "level": level, "expression": expression}))
     return tasks
 
 
+SUBSETS = {  # SOURCE.json's description of each shipped file
+    "train": "the first {n} train problems of coa_lab.tasks.arithmetic.generate(seed={seed}), levels 1-3 cycling",
+    "val": "the first {n} held-out problems of coa_lab.tasks.arithmetic.generate(seed={seed}), levels 1-3 cycling "
+           "(the old eval set, ids renamed); every tuning decision is made on it",
+    "test": "the {n} held-out problems after val in coa_lab.tasks.arithmetic.generate(seed={seed}), levels 1-3 "
+            "cycling, skipping any whose expression or name-swapped question is a train or val problem; "
+            "made after tuning, never tuned on",
+}
+
+
 def write_shipped(datasets_dir: Path, seed: int = 0) -> list[Path]:
-    """(Re)write datasets/math/arith/{train,eval}.jsonl and their SOURCE.json; byte-identical
-    for the same seed."""
+    """(Re)write datasets/math/arith/{train,val,test}.jsonl and their SOURCE.json;
+    byte-identical for the same seed."""
     out, entries = [], []
     for split, n in SHIPPED_SIZES.items():
         path = datasets_dir / "math" / FAMILY / f"{split}.jsonl"
@@ -125,7 +185,7 @@ def write_shipped(datasets_dir: Path, seed: int = 0) -> list[Path]:
         out.append(path)
         entries.append({
             "file": path.name, "rows": n, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-            "subset": f"the first {n} {split} problems of coa_lab.tasks.arithmetic.generate(seed={seed}), levels 1-3 cycling",
+            "subset": SUBSETS[split].format(n=n, seed=seed),
             "note": "generated, not copied: python -m coa_lab.tasks.arithmetic --write rebuilds it byte-identically",
             "origins": [{"source_repo": "coa-lab (this repository)", "commit": "coa_lab/tasks/arithmetic.py",
                          "path": "coa_lab/tasks/arithmetic.py", "license": "no third-party data: templates and "

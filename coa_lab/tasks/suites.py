@@ -2,25 +2,34 @@
 
 A suite is one agent profile's benchmarks.  ``load_suite(name, split)`` reads the suite's
 *default* files for that split; ``benchmark=`` picks one file instead, e.g.
-``load_suite("math", "eval", benchmark="math500")``.  Why these defaults (also in
-datasets/README.md):
+``load_suite("math", "test", benchmark="math500")``.  Splits:
 
-- ``math`` eval = GSM8K-200 + MATH-500 + AIME24 + AMC23: all graded offline by math-verify.
-- ``mhqa`` eval = HotpotQA-200 + 2Wiki-200: the two whose supporting paragraphs are in the
-  shipped ``wiki_search`` corpus, so the default eval is answerable offline.  NQ, TriviaQA,
+- ``train``: the pools capture, SFT and RL draw from.
+- ``val``: where every tuning decision is made; only the learnable families have one.
+- ``test``: what is reported, never tuned on.
+- ``eval``: an alias of ``test`` (the same files), kept for older callers.
+
+Why these defaults (also in datasets/README.md):
+
+- ``math`` test = GSM8K-200 + MATH-500 + AIME24 + AMC23: all graded offline by math-verify.
+- ``mhqa`` test = HotpotQA-200 + 2Wiki-200: the two whose supporting paragraphs are in the
+  shipped ``wiki_search`` corpus, so the default test is answerable offline.  NQ, TriviaQA,
   PopQA, MuSiQue and Bamboogle need open-web (or full-Wikipedia) retrieval; pick them with
   ``benchmark=``.
-- ``code`` eval = HumanEval + MBPP(test) + APPS(stdin/stdout) + LiveCodeBench v4: all graded
+- ``code`` test = HumanEval + MBPP(test) + APPS(stdin/stdout) + LiveCodeBench v4: all graded
   by running their tests in the sandbox.
-- ``web`` eval = GAIA (text-only dev) + WebWalkerQA: loads offline, but solving it needs the
+- ``web`` test = GAIA (text-only dev) + WebWalkerQA: loads offline, but solving it needs the
   online web tools, and WebWalker's sentence-long answers need the LLM judge to grade.
 - train pools: GSM8K train (math), HotpotQA train (mhqa), MBPP train split (code); ``web``
   has none.
-- the learnable families, picked with ``benchmark=``: ``math/arith`` (generated tool
-  arithmetic, three levels, :mod:`coa_lab.tasks.arithmetic`) and ``mhqa/lookup`` (single-hop
-  look-ups of 2Wiki evidence triples, answerable from the shipped corpus); each has its own
-  train and eval file. The CPU demo trains and reports on these; GSM8K/HotpotQA stay as the
-  honest hard rows.  Every train pool is disjoint from every eval file (tests/test_datasets_disjoint.py).
+- the learnable families, picked with ``benchmark=`` for train and test: ``math/arith``
+  (generated tool arithmetic, three levels, :mod:`coa_lab.tasks.arithmetic`) and
+  ``mhqa/lookup`` (single-hop look-ups of 2Wiki evidence triples, answerable from the shipped
+  corpus); each has train, val and test files, and they are the default ``val`` of their
+  suites (``code`` and ``web`` have no val).  Their test files were split off after the lab's
+  tuning, so nothing was tuned on them.  The CPU demo trains and reports on these;
+  GSM8K/HotpotQA stay as the honest hard rows.  Every split is disjoint from every other
+  (tests/test_datasets_disjoint.py).
 """
 
 from __future__ import annotations
@@ -31,34 +40,41 @@ from coa_lab.paths import DATASETS_DIR
 from coa_lab.tasks.loaders import load_tasks
 from coa_lab.tasks.records import DatasetError, Task
 
-SPLITS = ("train", "eval")
+SPLITS = ("train", "val", "test", "eval")  # "eval" = "test", for older callers
 
 # suite -> split -> benchmark -> file (relative to datasets/); dict order = load order.
 SUITE_FILES: dict[str, dict[str, dict[str, str]]] = {
     "math": {
         "train": {"gsm8k": "math/gsm8k/train.jsonl", "arith": "math/arith/train.jsonl"},
-        "eval": {"gsm8k": "math/gsm8k/eval.jsonl", "arith": "math/arith/eval.jsonl", "math500": "math/math500/eval.jsonl",
+        "val": {"arith": "math/arith/val.jsonl"},
+        "test": {"gsm8k": "math/gsm8k/eval.jsonl", "arith": "math/arith/test.jsonl", "math500": "math/math500/eval.jsonl",
                  "aime24": "math/aime24/eval.jsonl", "amc23": "math/amc23/eval.jsonl"},
     },
     "mhqa": {
         "train": {"hotpotqa": "mhqa/hotpotqa/train.jsonl", "lookup": "mhqa/lookup/train.jsonl"},
-        "eval": {"hotpotqa": "mhqa/hotpotqa/eval.jsonl", "lookup": "mhqa/lookup/eval.jsonl", "2wiki": "mhqa/2wiki/eval.jsonl",
+        "val": {"lookup": "mhqa/lookup/val.jsonl"},
+        "test": {"hotpotqa": "mhqa/hotpotqa/eval.jsonl", "lookup": "mhqa/lookup/test.jsonl", "2wiki": "mhqa/2wiki/eval.jsonl",
                  "musique": "mhqa/musique/eval.jsonl", "bamboogle": "mhqa/bamboogle/eval.jsonl",
                  "nq": "mhqa/nq/eval.jsonl", "triviaqa": "mhqa/triviaqa/eval.jsonl",
                  "popqa": "mhqa/popqa/eval.jsonl"},
     },
     "code": {
         "train": {"mbpp": "code/mbpp/train.jsonl"},
-        "eval": {"humaneval": "code/humaneval/eval.jsonl", "mbpp": "code/mbpp/eval.jsonl",
+        "val": {},
+        "test": {"humaneval": "code/humaneval/eval.jsonl", "mbpp": "code/mbpp/eval.jsonl",
                  "apps": "code/apps/eval.jsonl", "livecodebench": "code/livecodebench/livecodebench_v4.parquet"},
     },
     "web": {
         "train": {},
-        "eval": {"gaia": "web/gaia/eval.jsonl", "webwalker": "web/webwalker/eval.jsonl"},
+        "val": {},
+        "test": {"gaia": "web/gaia/eval.jsonl", "webwalker": "web/webwalker/eval.jsonl"},
     },
 }
+for _splits in SUITE_FILES.values():
+    _splits["eval"] = _splits["test"]  # the same dict: an alias can never drift from what it names
+
 # Benchmarks read when no benchmark= is given (see the module doc for why).
-DEFAULT_EVAL: dict[str, tuple[str, ...]] = {
+DEFAULT_TEST: dict[str, tuple[str, ...]] = {
     "math": ("gsm8k", "math500", "aime24", "amc23"),
     "mhqa": ("hotpotqa", "2wiki"),
     "code": ("humaneval", "mbpp", "apps", "livecodebench"),
@@ -66,6 +82,9 @@ DEFAULT_EVAL: dict[str, tuple[str, ...]] = {
 }
 # Train pools read when no benchmark= is given: the real benchmarks' own train splits.
 DEFAULT_TRAIN: dict[str, tuple[str, ...]] = {"math": ("gsm8k",), "mhqa": ("hotpotqa",), "code": ("mbpp",), "web": ()}
+# Only the learnable families have a validation split.
+DEFAULT_VAL: dict[str, tuple[str, ...]] = {"math": ("arith",), "mhqa": ("lookup",), "code": (), "web": ()}
+DEFAULTS = {"train": DEFAULT_TRAIN, "val": DEFAULT_VAL, "test": DEFAULT_TEST, "eval": DEFAULT_TEST}
 SUITES = tuple(SUITE_FILES)
 
 
@@ -76,14 +95,15 @@ def suite_files(name: str, split: str, benchmark: str | None = None) -> list[Pat
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
     files = SUITE_FILES[name][split]
+    if not files:  # checked first, so benchmark= gets this message too
+        if split == "val":
+            raise DatasetError(f"suite {name!r} has no validation split (only math/arith and mhqa/lookup have one)")
+        raise DatasetError(f"suite {name!r} has no {split} split (no shipped training pool)")
     if benchmark is not None:
         if benchmark not in files:
             raise ValueError(f"suite {name!r} has no {split} benchmark {benchmark!r}; choose one of {sorted(files)}")
         return [DATASETS_DIR / files[benchmark]]
-    if not files:
-        raise DatasetError(f"suite {name!r} has no {split} split (no shipped training pool)")
-    names = DEFAULT_EVAL[name] if split == "eval" else DEFAULT_TRAIN[name]
-    return [DATASETS_DIR / files[b] for b in names]
+    return [DATASETS_DIR / files[b] for b in DEFAULTS[split][name]]
 
 
 def suite_path(name: str, split: str, benchmark: str | None = None) -> Path:
@@ -96,7 +116,8 @@ def suite_path(name: str, split: str, benchmark: str | None = None) -> Path:
 
 
 def load_suite(name: str, split: str, limit: int | None = None, benchmark: str | None = None) -> list[Task]:
-    """Shipped tasks of suite ``name`` (math, mhqa, code, web) and ``split`` (train, eval).
+    """Shipped tasks of suite ``name`` (math, mhqa, code, web) and ``split`` (train, val,
+    test; eval = test).
 
     Without ``benchmark`` the split's default files are concatenated in a fixed order;
     ``limit`` caps the total.

@@ -1,0 +1,168 @@
+"""Does RL reliably improve the SFT policy? The RL stage with several seeds from ONE SFT adapter,
+each RL adapter evaluated on the TEST split (never tuned on), the spread reported, not one run.
+
+Run:  PYTHONPATH=. python benchmarks/bench_rl_seeds.py [--seeds 0 1 2 3 4] [--sft-adapter DIR]
+      [--set rl.steps=8 ...]
+Writes runs/bench/rl_seeds.json and rl_seeds.png (under COA_LAB_RUNS if set), rewritten after
+every seed, so an interrupted benchmark keeps the seeds it finished.
+
+1. The SFT adapter: `--sft-adapter`, else the one this benchmark trained before
+   (runs/bench/rl_seeds/sft/adapter), else it is trained now exactly as the demo does, from the
+   shipped teacher capture (datasets/teacher_runs/: distill, then masked SFT).
+2. The SFT policy on the test split's learnable tasks (the demo's `eval.tasks`, headline
+   benchmarks only: 144 arithmetic + 48 look-ups), greedy.
+3. Per seed: the demo's RL stage (`pipeline.rl`: pool screening by pass rate, anchors, DAPO) with
+   `rl.seed` = that seed (the pool candidates stay the same; sampling, order and anchors vary),
+   then the RL adapter on the same test tasks.
+
+The issue's targets, computed and printed: RL >= SFT in every seed, mean gain >= +5 points, no
+seed's format validity below SFT's - 2 points, last-third training accuracy >= first third in
+at least 4 of 5 seeds. Hours on a 2-core CPU (each seed is a whole RL stage and a 192-task eval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+
+from coa_lab import pipeline  # noqa: E402
+from coa_lab.config import get_preset  # noqa: E402
+from coa_lab.evaluate import evaluate  # noqa: E402
+from coa_lab.lesson_inputs import SHIPPED_TEACHER_RUNS  # noqa: E402
+from coa_lab.llm import make_generator  # noqa: E402
+from coa_lab.paths import runs_dir  # noqa: E402
+
+
+def pooled(result, keys) -> dict:
+    """Accuracy and format validity over the headline benchmarks, weighted by their tasks."""
+    suites = [result.suites[k] for k in keys if k in result.suites]
+    n = sum(s.tasks * s.samples for s in suites)
+    return {"tasks": sum(s.tasks for s in suites),
+            "accuracy": sum(s.accuracy * s.tasks * s.samples for s in suites) / n,
+            "format_valid": sum(s.format_valid * s.tasks * s.samples for s in suites) / n}
+
+
+def thirds(xs: list[float]) -> tuple[float, float] | None:
+    k = len(xs) // 3
+    return (sum(xs[:k]) / k, sum(xs[-k:]) / k) if k else None
+
+
+def targets(out: dict) -> dict:
+    gains, thirds_up = out["gains"], [t[1] >= t[0] for t in map(thirds, out["train_accuracy_by_step"]) if t]
+    n = len(gains)
+    return {
+        "seeds_done": n,
+        "rl_ge_sft": sum(g >= 0 for g in gains),
+        "mean_gain_points": round(100 * sum(gains) / n, 2) if n else None,
+        "worst_format_drop_points": round(100 * (out["sft_format_valid"] - min(out["rl_format_valid"])), 2) if n else None,
+        "last_third_ge_first_third": sum(thirds_up),
+        "met": bool(n >= 5 and all(g >= 0 for g in gains) and sum(gains) / n >= 0.05
+                    and min(out["rl_format_valid"]) >= out["sft_format_valid"] - 0.02 and sum(thirds_up) >= 4),
+    }
+
+
+def plot(out: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for seed, curve in zip(out["seeds"], out["train_accuracy_by_step"]):
+        a.plot(range(len(curve)), curve, marker="o", label=f"seed {seed}")
+    a.set(xlabel="RL step", ylabel="training accuracy (pool rollouts)", title="RL training curve per seed", ylim=(0, 1))
+    a.legend(fontsize=8)
+    gains = [100 * g for g in out["gains"]]
+    b.bar([str(s) for s in out["seeds"]], gains, color=["tab:green" if g >= 0 else "tab:red" for g in gains])
+    b.axhline(0, color="black", lw=0.8)
+    b.axhline(5, color="gray", ls="--", lw=0.8, label="target mean +5")
+    b.set(xlabel="seed", ylabel="RL − SFT, test accuracy (points)",
+          title=f"gain on {out['test_tasks']} test tasks (SFT {out['sft_test_accuracy']:.2f})")
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def sft_adapter(preset, base: Path, explicit: Path | None) -> Path:
+    if explicit is not None:
+        return explicit
+    adapter = base / "sft" / "adapter"
+    if not (adapter / "adapter_config.json").exists():
+        print("training the SFT adapter from the shipped teacher capture (distill + masked SFT) ...")
+        (base / "capture").mkdir(parents=True, exist_ok=True)
+        shutil.copy(SHIPPED_TEACHER_RUNS, base / "capture" / "traces.jsonl")
+        pipeline.distill(preset, base)
+        pipeline.sft(preset, base)
+    return adapter
+
+
+def main() -> int:
+    from coa_lab.cli import parse_overrides
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--preset", default="cpu-tiny")
+    ap.add_argument("--sft-adapter", type=Path, default=None)
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    ap.add_argument("--name", default="rl_seeds", help="result name under runs/bench/")
+    args = ap.parse_args()
+    overrides = parse_overrides(args.set)
+    preset = get_preset(args.preset, **overrides)
+    base = runs_dir() / "bench" / args.name
+    adapter = sft_adapter(preset, base, args.sft_adapter)
+    keys = list(preset.eval.headline)
+    mix = {k: n for k, n in preset.eval.tasks.items() if k in keys}
+    groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, "test"), mix)
+    tools = pipeline.make_tools(preset)
+    machine_start = pipeline.machine_peak(preset)
+    t0 = time.time()
+    sft = pooled(evaluate(make_generator(preset, adapter), groups, tools, preset, label="sft"), keys)
+    out = {"preset": args.preset, "overrides": args.set, "sft_adapter": str(adapter), "test_mix": mix,
+           "test_tasks": sft["tasks"], "sft_test_accuracy": sft["accuracy"], "sft_format_valid": sft["format_valid"],
+           "sft_eval_seconds": round(time.time() - t0, 1), "seeds": [], "rl_test_accuracy": [],
+           "rl_format_valid": [], "gains": [], "train_accuracy_by_step": [], "entropy_by_step": [],
+           "logprob_gap_by_step": [], "rl_seconds": [], "eval_seconds": [], "machine_start": machine_start}
+    print(f"SFT on {sft['tasks']} test tasks: accuracy {sft['accuracy']:.3f}, format valid {sft['format_valid']:.3f}")
+    for seed in args.seeds:
+        run = base / f"seed{seed}"
+        shutil.rmtree(run, ignore_errors=True)
+        (run / "sft").mkdir(parents=True)
+        (run / "sft" / "adapter").symlink_to(adapter.resolve())
+        seeded = get_preset(args.preset, **{**overrides, "rl": {**overrides.get("rl", {}), "seed": seed}})
+        t1 = time.time()
+        summary = pipeline.rl(seeded, run)
+        rl_seconds = round(time.time() - t1, 1)
+        t1 = time.time()
+        rl = pooled(evaluate(make_generator(seeded, run / "rl" / "adapter"), groups, tools, seeded, label="rl"), keys)
+        metrics = summary["metrics"]
+        out["seeds"].append(seed)
+        out["rl_test_accuracy"].append(rl["accuracy"])
+        out["rl_format_valid"].append(rl["format_valid"])
+        out["gains"].append(rl["accuracy"] - sft["accuracy"])
+        out["train_accuracy_by_step"].append([m["accuracy"] for m in metrics])
+        out["entropy_by_step"].append([m.get("entropy") for m in metrics])
+        out["logprob_gap_by_step"].append([m.get("logprob_gap") for m in metrics])
+        out["rl_seconds"].append(rl_seconds)
+        out["eval_seconds"].append(round(time.time() - t1, 1))
+        out["targets"] = targets(out)
+        out["machine"] = pipeline.machine_peak(preset)
+        out["seconds"] = round(time.time() - t0, 1)
+        print(f"seed {seed}: RL {rl['accuracy']:.3f} (gain {100 * out['gains'][-1]:+.1f} points), format valid "
+              f"{rl['format_valid']:.3f}, train accuracy by step {[round(x, 2) for x in out['train_accuracy_by_step'][-1]]}")
+        path = save(args.name, out)
+        plot(out, path.with_suffix(".png"))
+    print(json.dumps(out["targets"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
