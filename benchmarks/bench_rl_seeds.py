@@ -12,8 +12,15 @@ every seed, so an interrupted benchmark keeps the seeds it finished.
 2. The SFT policy on the test split's learnable tasks (the demo's `eval.tasks`, headline
    benchmarks only: 144 arithmetic + 48 look-ups), greedy.
 3. Per seed: the demo's RL stage (`pipeline.rl`: pool screening by pass rate, anchors, DAPO) with
-   `rl.seed` = that seed (the pool candidates stay the same; sampling, order and anchors vary),
-   then the RL adapter on the same test tasks.
+   `rl.seed` = that seed, then the RL adapter on the same test tasks. The pool is screened once,
+   by the first seed, and reused by the others (`--screen-per-seed` screens each): what varies is
+   RL's own randomness (rollout samples, task order, anchors), and each seed costs its 8 steps
+   and its eval rather than also 256 screening rollouts (~12 min on 2 cores).
+   `--append` continues an interrupted benchmark: the SFT figures and the seeds already in
+   rl_seeds.json are kept (same adapter, preset and overrides required).
+Tuning reads the VALIDATION split, never test: `--split val --name tune_<what> --set rl.X=Y`
+scores the SFT policy and each seed on `eval.val_tasks` (48 + 16), and `--pool-from` trains on
+an earlier run's screening (rl/pool.json), so a setting is compared on the same pool.
 
 The issue's targets, computed and printed: RL >= SFT in every seed, mean gain >= +5 points, no
 seed's format validity below SFT's - 2 points, last-third training accuracy >= first third in
@@ -114,32 +121,57 @@ def main() -> int:
     ap.add_argument("--sft-adapter", type=Path, default=None)
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     ap.add_argument("--name", default="rl_seeds", help="result name under runs/bench/")
+    ap.add_argument("--screen-per-seed", action="store_true", help="screen the RL pool again for every seed")
+    ap.add_argument("--append", action="store_true", help="keep the SFT eval and seeds of an earlier run")
+    ap.add_argument("--split", choices=["test", "val"], default="test",
+                    help="val: a TUNING run, scored on eval.val_tasks (the test split stays untouched)")
+    ap.add_argument("--pool-from", type=Path, default=None,
+                    help="an earlier run's rl/pool.json: every seed trains on that screening")
     args = ap.parse_args()
     overrides = parse_overrides(args.set)
     preset = get_preset(args.preset, **overrides)
     base = runs_dir() / "bench" / args.name
     adapter = sft_adapter(preset, base, args.sft_adapter)
     keys = list(preset.eval.headline)
-    mix = {k: n for k, n in preset.eval.tasks.items() if k in keys}
-    groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, "test"), mix)
+    mix = {k: n for k, n in (preset.eval.tasks if args.split == "test" else preset.eval.val_tasks).items() if k in keys}
+    groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, args.split), mix)
     tools = pipeline.make_tools(preset)
     machine_start = pipeline.machine_peak(preset)
     t0 = time.time()
-    sft = pooled(evaluate(make_generator(preset, adapter), groups, tools, preset, label="sft"), keys)
-    out = {"preset": args.preset, "overrides": args.set, "sft_adapter": str(adapter), "test_mix": mix,
-           "test_tasks": sft["tasks"], "sft_test_accuracy": sft["accuracy"], "sft_format_valid": sft["format_valid"],
-           "sft_eval_seconds": round(time.time() - t0, 1), "seeds": [], "rl_test_accuracy": [],
-           "rl_format_valid": [], "gains": [], "train_accuracy_by_step": [], "entropy_by_step": [],
-           "logprob_gap_by_step": [], "rl_seconds": [], "eval_seconds": [], "machine_start": machine_start}
-    print(f"SFT on {sft['tasks']} test tasks: accuracy {sft['accuracy']:.3f}, format valid {sft['format_valid']:.3f}")
+    earlier = runs_dir() / "bench" / f"{args.name}.json"
+    if args.append and earlier.exists():
+        out = json.loads(earlier.read_text())
+        same = {"sft_adapter": str(adapter), "test_mix": mix, "overrides": args.set, "preset": args.preset}
+        if any(out.get(k) != v for k, v in same.items()):
+            raise SystemExit(f"--append: {earlier} was run with other settings "
+                             f"({ {k: out.get(k) for k in same} }); run without --append or with the same ones")
+        sft = {"tasks": out["test_tasks"], "accuracy": out["sft_test_accuracy"], "format_valid": out["sft_format_valid"]}
+        print(f"--append: keeping SFT and seeds {out['seeds']} from {earlier}")
+    else:
+        sft = pooled(evaluate(make_generator(preset, adapter), groups, tools, preset, label="sft"), keys)
+        out = {"preset": args.preset, "overrides": args.set, "sft_adapter": str(adapter), "split": args.split,
+               "test_mix": mix,
+               "test_tasks": sft["tasks"], "sft_test_accuracy": sft["accuracy"], "sft_format_valid": sft["format_valid"],
+               "sft_eval_seconds": round(time.time() - t0, 1), "seeds": [], "rl_test_accuracy": [],
+               "rl_format_valid": [], "gains": [], "train_accuracy_by_step": [], "entropy_by_step": [],
+               "logprob_gap_by_step": [], "rl_seconds": [], "eval_seconds": [], "machine_start": machine_start}
+    out["shared_pool"] = not args.screen_per_seed
+    print(f"SFT on {sft['tasks']} {args.split} tasks: accuracy {sft['accuracy']:.3f}, format valid {sft['format_valid']:.3f}")
     for seed in args.seeds:
+        if seed in out["seeds"]:
+            continue
         run = base / f"seed{seed}"
         shutil.rmtree(run, ignore_errors=True)
         (run / "sft").mkdir(parents=True)
         (run / "sft" / "adapter").symlink_to(adapter.resolve())
+        screened = base / f"seed{out['seeds'][0]}" / "rl" / "pool.json" if out["seeds"] else args.pool_from
+        reuse = not args.screen_per_seed and screened is not None and screened.exists()
+        if reuse:  # the first seed's screening (RL's randomness varies, the pool does not)
+            (run / "rl").mkdir()
+            shutil.copy(screened, run / "rl" / "pool.json")
         seeded = get_preset(args.preset, **{**overrides, "rl": {**overrides.get("rl", {}), "seed": seed}})
         t1 = time.time()
-        summary = pipeline.rl(seeded, run)
+        summary = pipeline.rl(seeded, run, reuse_pool=reuse)
         rl_seconds = round(time.time() - t1, 1)
         t1 = time.time()
         rl = pooled(evaluate(make_generator(seeded, run / "rl" / "adapter"), groups, tools, seeded, label="rl"), keys)

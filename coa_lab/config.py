@@ -162,6 +162,12 @@ class RLConfig:
     # seed. The tasks themselves (pool candidates, eval) are drawn with the preset's seed, so
     # benchmarks/bench_rl_seeds.py varies only RL from one SFT adapter on one pool of candidates.
     seed: int | None = None
+    # Rollouts from an int8 copy of the policy (CPU; coa_lab/rl/int8_rollouts.py), the update
+    # corrected per token by truncated importance sampling: min(pi_train / pi_rollout, tis_cap).
+    # tis_cap None: no correction (the ablation's third arm). Off by default: it stays off in
+    # the demo until benchmarks/bench_rl_seeds.py holds with it (notebook 07 shows the ablation).
+    rollout_int8: bool = False
+    tis_cap: float | None = 2.0
 
 
 @dataclass

@@ -205,13 +205,15 @@ def _prefill(model, prompts, pad, device):
     import torch
     from transformers import DynamicCache
 
+    from coa_lab.kv_cache import GrowingCache
+
     def left_pad(seqs):
         width = max(len(x) for x in seqs)
         ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in seqs], device=device)
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in seqs], device=device)
         return ids, mask
 
-    cache = DynamicCache()
+    cache = GrowingCache() if GrowingCache.fits(model) else DynamicCache()
     groups = shared_prefix_groups(prompts, MIN_SHARED_PREFIX)
     if all(size == 1 for size, _ in groups) or any(shared == 0 for _, shared in groups):
         ids, mask = left_pad(prompts)
@@ -246,6 +248,8 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos = tokenizer.eos_token_id
     longest = max((len(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in stops), default=0)
+
+    from coa_lab.kv_cache import GrowingCache
 
     cache, mask, logits, next_pos = _prefill(model, prompts, pad, device)
     rows = [_Row(i, len(p)) for i, p in zip(indices, prompts)]
@@ -303,11 +307,15 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
         if not keep:
             return
         if len(keep) < len(rows):
-            index = torch.tensor(keep, device=device)
-            cache.batch_select_indices(index)
+            # the own cache moves the last live rows into the freed slots (a row's copy each);
+            # transformers' cache gathers every remaining row
+            order = cache.compact(keep) if isinstance(cache, GrowingCache) else keep
+            if order is keep:
+                cache.batch_select_indices(torch.tensor(keep, device=device))
+            index = torch.tensor(order, device=device)
             mask, next_pos = mask[index], next_pos[index]
-            rows = [rows[s] for s in keep]
-            feed = [feed[s] for s in keep]
+            rows = [rows[s] for s in order]
+            feed = [feed[s] for s in order]
         mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=-1)
         out = model(input_ids=torch.tensor(feed, device=device)[:, None], attention_mask=mask,
                     position_ids=next_pos[:, None], past_key_values=cache, use_cache=True, logits_to_keep=1)

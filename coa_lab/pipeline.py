@@ -161,7 +161,9 @@ def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
     return summary
 
 
-def rl(preset: Preset, run: Path, resume: bool = False) -> dict:
+def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False) -> dict:
+    """Pool screening, then DAPO. `reuse_pool`: train on the screening already in rl/pool.json
+    (benchmarks/bench_rl_seeds.py screens once and varies only RL's own randomness after)."""
     from coa_lab.rl.pool import PoolReport, select_pool
     from coa_lab.rl.trainer import latest_rl_checkpoint, rl_seed, train_rl
 
@@ -178,18 +180,20 @@ def rl(preset: Preset, run: Path, resume: bool = False) -> dict:
     tools = make_tools(preset)
     r = preset.rl
     saved = run / "rl" / "pool.json"
-    if resume and saved.exists() and latest_rl_checkpoint(run / "rl") is not None:
+    reused_fallback = False  # a reused screening that had fallen back keeps saying so
+    if saved.exists() and (reuse_pool or (resume and latest_rl_checkpoint(run / "rl") is not None)):
         # the interrupted run's screening, not a new one: a resumed run trains on the same pool
         old = json.loads(saved.read_text())
         report = PoolReport(old["candidates"], old["samples"], old["kept"], old["pass_rates"], old["histogram"])
         pool = [t for t in candidates if t.id in set(old["pool"])]
+        reused_fallback = bool(old.get("fallback_to_all_candidates"))
     else:
         import torch
 
         torch.manual_seed(rl_seed(preset))  # the screening samples are RL's randomness too
         pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset.gen, r.pool_samples,
                                    r.pool_min_pass, r.pool_max_pass, r.temperature)
-    fallback = len(pool) < r.prompts_per_step
+    fallback = reused_fallback or len(pool) < r.prompts_per_step
     if fallback:  # too few mixed-outcome questions: train on every candidate, and say so
         pool = candidates
     anchors = [t for t in candidates if report.pass_rates[t.id] == 1.0]  # solved every time

@@ -53,3 +53,24 @@ def test_capture_benchmark_compares_concurrency_through_retries(tmp_path):
 def test_eval_benchmark_compares_one_pass_with_per_suite_passes(tmp_path):
     out = _bench("eval", ["--scale", "0.02"], tmp_path)  # 2% of 144 + 48 + 4 + 4 test tasks: 3 + 1 + 1 + 1
     assert out["tasks"] == 6 and out["one_pass_seconds"] > 0 and out["per_suite_seconds"] > 0
+
+
+def test_decode_benchmark_gives_generates_greedy_tokens(tmp_path):
+    out = _bench("decode", ["--batches", "1", "3", "--new-tokens", "5"], tmp_path)
+    assert [r["batch"] for r in out["batches"]] == [1, 3]
+    # the lab's decoder (own cache, own decode attention) reproduces transformers token for token
+    assert all(r["same_tokens"] for r in out["batches"]) and out["targets"]["greedy_tokens_identical"]
+    assert all(r["tokens_per_s"] > 0 and r["peak_fraction"] > 0 for r in out["batches"])
+
+
+@pytest.mark.slow  # ~4 min on 2 cores: trains an SFT adapter and runs three RL stages
+def test_rl_seeds_benchmark_screens_once_and_appends(tmp_path):
+    out = _bench("rl_seeds", ["--seeds", "0", "1"], tmp_path)  # trains its SFT adapter from the shipped capture
+    assert out["seeds"] == [0, 1] and out["shared_pool"] and len(out["gains"]) == 2
+    assert out["gains"] == pytest.approx([a - out["sft_test_accuracy"] for a in out["rl_test_accuracy"]])
+    base = tmp_path / "bench" / "rl_seeds"
+    pools = [json.loads((base / f"seed{s}" / "rl" / "pool.json").read_text()) for s in (0, 1)]
+    assert pools[0] == pools[1]  # seed 1 trained on seed 0's screening
+    again = _bench("rl_seeds", ["--seeds", "0", "1", "2", "--append"], tmp_path)
+    assert again["seeds"] == [0, 1, 2] and again["rl_test_accuracy"][:2] == out["rl_test_accuracy"]
+    assert again["sft_test_accuracy"] == out["sft_test_accuracy"] and again["targets"]["seeds_done"] == 3

@@ -55,6 +55,7 @@ def dapo_token_loss(
     n_tokens: float | None = None,
     aggregation: str = "token",
     n_sequences: float | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped policy-gradient loss, averaged over TOKENS (not per sequence).
 
@@ -66,6 +67,8 @@ def dapo_token_loss(
     aggregation: "token" (DAPO) or "sequence" (GRPO: each sample's mean over its own tokens,
         then the mean over samples; `n_sequences` is then the normaliser, default B). Only
         the ablation in notebook 07 uses "sequence".
+    token_weights: [B, T] per-token importance weights, no gradient through them: truncated
+        importance sampling when rollouts came from another policy (rl/int8_rollouts.py).
     """
     if aggregation not in ("token", "sequence"):
         raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
@@ -75,6 +78,8 @@ def dapo_token_loss(
     unclipped = -adv * ratio  # [B, T]
     clipped = -adv * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)  # [B, T] clip-higher: asymmetric
     per_token = torch.maximum(unclipped, clipped)  # [B, T] pessimistic bound
+    if token_weights is not None:  # samples drawn by another policy: reweighted, not differentiated
+        per_token = per_token * token_weights.detach()
     if aggregation == "token":
         denom = n_tokens if n_tokens is not None else mask.sum().clamp(min=1.0)
         loss = (per_token * mask).sum() / denom

@@ -21,6 +21,7 @@ sampling and training share one process (on GPU the vLLM generator swaps in the 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -192,6 +193,15 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                                   min(len(flat[i].prompt_ids) for i in sub), temperature=rl.temperature)
         return torch.nn.functional.pad(out, (0, width - longest))
 
+    # Truncated importance sampling (rl.rollout_int8): each policy token's loss weighed by
+    # min(pi_train / pi_rollout, tis_cap), pi_train being the pre-update policy (`old` below)
+    # and pi_rollout the probability the int8 sampler drew the token with
+    tis = rl.rollout_int8 and rl.tis_cap is not None
+    if tis:
+        has_lp = torch.tensor([len(r.response_logprobs) == len(r.response_ids) for r in flat], device=device)
+        sampler_lp = _pad([[0.0] * len(r.prompt_ids) + (r.response_logprobs if ok else [0.0] * len(r.response_ids))
+                           for r, ok in zip(flat, has_lp.tolist())], 0.0).to(device)
+        log_cap = math.log(rl.tis_cap)
     mini_batches = _micro_batches(groups, rl.mini_batches)  # the same on every rank: one shared `random`
     # Data parallel (coa_lab/distributed.py): every rank holds the whole batch; rank r computes
     # micro-batches r, r + world, ... of each mini-batch, and the gradients are summed before the
@@ -221,9 +231,18 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
             if n_mb == 0:  # before any update: this forward is the old policy; kept for the gap below
                 old[t] = logp.detach().float()
             old_sub = old[t]
+            weights = None
+            if tis:
+                log_w = torch.where(has_lp[t][:, None], old_sub - sampler_lp[t], torch.zeros_like(old_sub))
+                weights = torch.exp(log_w.clamp(max=log_cap))
+                on = loss_mask[t].float()
+                n_on = on.sum().clamp(min=1)
+                stats.setdefault("tis_capped_frac", []).append(float(((log_w > log_cap).float() * on).sum() / n_on))
+                stats.setdefault("tis_weight_mean", []).append(float((weights * on).sum() / n_on))
             loss, st = dapo.dapo_token_loss(logp, old_sub, adv[t], loss_mask[t],
                                             rl.clip_low, rl.clip_high, n_tokens=n_tokens,
-                                            aggregation=rl.loss_agg, n_sequences=n_sequences)
+                                            aggregation=rl.loss_agg, n_sequences=n_sequences,
+                                            token_weights=weights)
             loss.backward()
             stats["loss"].append(float(loss.detach()))
             for k in ("clip_frac", "ratio_mean", "approx_kl", "high_ratio_frac"):
@@ -385,6 +404,10 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
         from coa_lab.llm import rl_sampler
 
         generator = rl_sampler(preset, tokenizer, checkpoint / "adapter" if checkpoint else adapter)
+    elif rl.rollout_int8:  # an int8 copy samples, rebuilt after every update; TIS corrects the loss
+        from coa_lab.rl.int8_rollouts import Int8Rollouts
+
+        generator = Int8Rollouts(model, tokenizer, preset.gen.batch_size)
     else:  # the policy itself samples: always the current weights
         generator = HFGenerator(model, tokenizer, preset.gen.batch_size, compute=compute)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -457,6 +480,8 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             }
             if groups:
                 row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute))
+                if hasattr(generator, "refresh"):  # the int8 copy: rebuilt from the new weights
+                    generator.refresh()
                 if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
                     step_dir = out_dir / "sampler" / f"step{step}"
                     if main:
