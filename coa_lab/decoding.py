@@ -309,8 +309,10 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
         if len(keep) < len(rows):
             # the own cache moves the last live rows into the freed slots (a row's copy each);
             # transformers' cache gathers every remaining row
-            order = cache.compact(keep) if isinstance(cache, GrowingCache) else keep
-            if order is keep:
+            if isinstance(cache, GrowingCache):
+                order = cache.compact(keep)
+            else:
+                order = keep
                 cache.batch_select_indices(torch.tensor(keep, device=device))
             index = torch.tensor(order, device=device)
             mask, next_pos = mask[index], next_pos[index]
