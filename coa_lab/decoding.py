@@ -119,11 +119,15 @@ def decode(
     stop: Sequence[str] = (),
     batch_size: int = 64,
     compute=None,
+    prefix_cache=None,
+    stats: dict | None = None,
 ) -> None:
     """Decode every prompt, turn after turn, until `on_turn_end` finishes it.
 
     max_new_tokens: per turn; max_response_tokens: per row over all turns, forced tokens
     included (a turn ends with finish "length" when either runs out).
+    prefix_cache: a coa_lab.prefix_cache.PrefixCache kept across calls (frozen weights only);
+    stats: counters of prompt tokens sent and prompt tokens actually prefilled, incremented.
     """
     import torch
 
@@ -142,7 +146,7 @@ def decode(
             for start in range(0, len(order), size):
                 chunk = order[start:start + size]
                 _decode_chunk(model, tokenizer, [prompts[i] for i in chunk], chunk, on_turn_end,
-                              max_new_tokens, budget, temperature, top_p, stop)
+                              max_new_tokens, budget, temperature, top_p, stop, prefix_cache, stats)
     finally:
         if was_training:
             model.train()
@@ -199,9 +203,11 @@ def shared_prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_
     return min(candidates, key=cost)
 
 
-def _prefill(model, prompts, pad, device):
-    """Prefill a chunk; rows sharing a prefix compute it once. Returns (cache, mask, logits
-    of each row's last token, each row's next position)."""
+def _prefill(model, prompts, pad, device, prefix_cache=None, stats=None):
+    """Prefill a chunk; rows sharing a prefix compute it once, and a prefix an earlier call
+    computed (coa_lab/prefix_cache.py, when given) is not computed at all. Returns (cache,
+    mask, logits of each row's last token, each row's next position).
+    stats: {"prompt_tokens_sent", "prompt_tokens_prefilled"} counters, incremented."""
     import torch
     from transformers import DynamicCache
 
@@ -209,30 +215,74 @@ def _prefill(model, prompts, pad, device):
 
     def left_pad(seqs):
         width = max(len(x) for x in seqs)
-        ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in seqs], device=device)
-        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in seqs], device=device)
+        ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in seqs], device=device, dtype=torch.long)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in seqs], device=device, dtype=torch.long)
         return ids, mask
 
+    def count(key, n):
+        if stats is not None:
+            stats[key] = stats.get(key, 0) + n
+
+    count("prompt_tokens_sent", sum(len(p) for p in prompts))
     cache = GrowingCache() if GrowingCache.fits(model) else DynamicCache()
+    if prefix_cache is not None and isinstance(cache, GrowingCache):
+        prefix_cache.check(model)  # weights moved since the entries were computed: they go
+    else:
+        prefix_cache = None
     groups = shared_prefix_groups(prompts, MIN_SHARED_PREFIX)
-    if all(size == 1 for size, _ in groups) or any(shared == 0 for _, shared in groups):
+    plain = all(size == 1 for size, _ in groups) or any(shared == 0 for _, shared in groups)
+    if plain and prefix_cache is not None and any(prefix_cache.lookup(p[:-1])[0] for p in prompts):
+        groups, plain = [(1, len(p) - 1) for p in prompts], False  # each row its own group: its prefix is cached
+    if plain:
         ids, mask = left_pad(prompts)
+        count("prompt_tokens_prefilled", sum(len(p) for p in prompts))
         out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
                     past_key_values=cache, use_cache=True, logits_to_keep=1)
         return cache, mask, out.logits[:, -1], mask.sum(-1)
-    # 1) every group's shared prefix once (a row of its own), 2) the cache rows copied to the
-    # group's members, 3) each member's own suffix on top, at positions after its prefix
+    # 1) every group's shared prefix once (a row of its own): the part an earlier call left in
+    # prefix_cache is copied in, the rest computed on top; 2) the cache rows copied to the
+    # group's members; 3) each member's own suffix on top, at positions after its prefix
     starts = [sum(size for size, _ in groups[:g]) for g in range(len(groups))]
     prefixes = [prompts[start][:shared] for start, (_, shared) in zip(starts, groups)]
+    hits = [prefix_cache.lookup(x) if prefix_cache is not None else (0, None) for x in prefixes]
+    hits = [(min(m, len(x)), layers) for (m, layers), x in zip(hits, prefixes)]
+    reused = max(m for m, _ in hits)
+    pre_mask = torch.zeros((len(groups), 0), dtype=torch.long, device=device)
+    if reused:  # cached keys and values, right-aligned after left padding like a prefill's
+        pre_mask = torch.tensor([[0] * (reused - m) + [1] * m for m, _ in hits], device=device, dtype=torch.long)
+        n_layers = len(next(layers for m, layers in hits if m))
+        for layer in range(n_layers):
+            k0, v0 = next(layers for m, layers in hits if m)[layer]
+            keys = k0.new_zeros((len(groups), k0.shape[1], reused, k0.shape[3]))
+            values = v0.new_zeros((len(groups), v0.shape[1], reused, v0.shape[3]))
+            for g, (m, layers) in enumerate(hits):
+                if m:
+                    keys[g, :, reused - m:] = layers[layer][0][0, :, :m]
+                    values[g, :, reused - m:] = layers[layer][1][0, :, :m]
+            cache.update(keys, values, layer)
+    rest = [x[m:] for x, (m, _) in zip(prefixes, hits)]
+    if any(rest):
+        rest_ids, rest_mask = left_pad(rest)
+        count("prompt_tokens_prefilled", sum(len(x) for x in rest))
+        done = torch.tensor([m for m, _ in hits], device=device)
+        pre_mask = torch.cat([pre_mask, rest_mask], dim=-1)
+        model(input_ids=rest_ids, attention_mask=pre_mask, position_ids=done[:, None] + (rest_mask.cumsum(-1) - 1).clamp(min=0),
+              past_key_values=cache, use_cache=True, logits_to_keep=1)
+    if prefix_cache is not None:  # keep each newly computed shared prefix for the next call
+        for g, (x, (m, _)) in enumerate(zip(prefixes, hits)):
+            # a prefix shared by several rows and mostly new: a lone row's prompt or a few
+            # tokens past a cached entry would only churn the cache
+            if groups[g][0] > 1 and len(x) - m >= prefix_cache.min_reuse:
+                cols = pre_mask[g].nonzero().flatten()
+                prefix_cache.store(x, [(lay.keys[g:g + 1, :, cols].clone(), lay.values[g:g + 1, :, cols].clone())
+                                       for lay in cache.layers])
     member_of = torch.tensor([g for g, (size, _) in enumerate(groups) for _ in range(size)], device=device)
     shared_len = torch.tensor([shared for size, shared in groups for _ in range(size)], device=device)
-    pre_ids, pre_mask = left_pad(prefixes)
-    model(input_ids=pre_ids, attention_mask=pre_mask, position_ids=(pre_mask.cumsum(-1) - 1).clamp(min=0),
-          past_key_values=cache, use_cache=True, logits_to_keep=1)
     cache.batch_select_indices(member_of)
     pre_mask = pre_mask[member_of]
     suffixes = [p[int(n):] for p, n in zip(prompts, shared_len.tolist())]
     suf_ids, suf_mask = left_pad(suffixes)
+    count("prompt_tokens_prefilled", sum(len(x) for x in suffixes))
     position = shared_len[:, None] + (suf_mask.cumsum(-1) - 1).clamp(min=0)
     mask = torch.cat([pre_mask, suf_mask], dim=-1)
     out = model(input_ids=suf_ids, attention_mask=mask, position_ids=position,
@@ -241,7 +291,7 @@ def _prefill(model, prompts, pad, device):
 
 
 def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_tokens, budget,
-                  temperature, top_p, stops):
+                  temperature, top_p, stops, prefix_cache=None, stats=None):
     import torch
 
     device = next(model.parameters()).device
@@ -251,7 +301,7 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
 
     from coa_lab.kv_cache import GrowingCache
 
-    cache, mask, logits, next_pos = _prefill(model, prompts, pad, device)
+    cache, mask, logits, next_pos = _prefill(model, prompts, pad, device, prefix_cache, stats)
     rows = [_Row(i, len(p)) for i, p in zip(indices, prompts)]
 
     while rows:

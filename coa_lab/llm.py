@@ -63,12 +63,21 @@ def chat_by_generate(generator, conversations: list[list[dict]], max_new_tokens:
 class HFGenerator:
     """Batched transformers generation with stop strings, on whatever device the model is."""
 
-    def __init__(self, model, tokenizer, batch_size: int = 16, compute=None):
+    def __init__(self, model, tokenizer, batch_size: int = 16, compute=None, keep_prefixes: bool = False):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         # a context-manager factory for the forward passes (coa_lab.models.compute_context)
         self.compute = compute
+        # keep_prefixes: shared prompt prefixes (an agent's instruction and worked examples)
+        # prefilled once for all later calls, not once per call (coa_lab/prefix_cache.py)
+        self.prefix_cache = None
+        if keep_prefixes:
+            from coa_lab.prefix_cache import PrefixCache
+
+            self.prefix_cache = PrefixCache()
+        # prompt tokens the callers sent vs those actually run through a forward pass
+        self.stats = {"prompt_tokens_sent": 0, "prompt_tokens_prefilled": 0}
 
     def generate(
         self,
@@ -100,7 +109,7 @@ class HFGenerator:
 
         decode(self.model, self.tokenizer, prompts, on_turn_end, max_new_tokens=max_new_tokens,
                max_response_tokens=max_response_tokens, temperature=temperature, top_p=top_p, stop=stop,
-               batch_size=self.batch_size, compute=self.compute)
+               batch_size=self.batch_size, compute=self.compute, prefix_cache=self.prefix_cache, stats=self.stats)
 
     def chat(self, conversations: list[list[dict]], max_new_tokens: int, temperature: float = 0.0) -> list[Generation]:
         """One assistant reply per conversation (used by the teacher's agents)."""
@@ -471,12 +480,13 @@ def _error_message(resp) -> str:
     return str(body)[:300]
 
 
-def make_generator(preset, adapter=None, model_name: str | None = None):
+def make_generator(preset, adapter=None, model_name: str | None = None, keep_prefixes: bool = False):
     """The preset's generation backend: "hf" (transformers, any device), "vllm" (GPU extra) or
     "vllm-server" (a separate `vllm serve` at gen.server_url; the adapter is pushed to it).
 
     adapter: a LoRA adapter directory (SFT/RL output) to sample from; model_name: another
-    model than the preset's (a stronger teacher, say)."""
+    model than the preset's (a stronger teacher, say); keep_prefixes: "hf" keeps shared prompt
+    prefixes' K/V across calls (the teacher's; vLLM has its own prefix caching)."""
     import dataclasses
 
     from coa_lab.models import compute_context, load_model, load_tokenizer, resolve_model
@@ -496,7 +506,8 @@ def make_generator(preset, adapter=None, model_name: str | None = None):
     if preset.gen.backend != "hf":
         raise ValueError(f"unknown generation backend {preset.gen.backend!r}; use 'hf', 'vllm' or 'vllm-server'")
     model, tokenizer = load_model(cfg, adapter=adapter)
-    return HFGenerator(model, tokenizer, preset.gen.batch_size, compute=lambda: compute_context(model, cfg))
+    return HFGenerator(model, tokenizer, preset.gen.batch_size, compute=lambda: compute_context(model, cfg),
+                       keep_prefixes=keep_prefixes)
 
 
 def _full_model_as_base(cfg, adapter):

@@ -91,6 +91,8 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
                "success": teacher_eval(runs, key_of)}
     if hasattr(backend, "retries"):
         summary["requests"], summary["retries"] = backend.requests, backend.retries
+    if getattr(backend, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled
+        summary.update(backend.stats)
     _write_json(run / "capture" / "summary.json", summary)
     return summary
 
@@ -242,10 +244,13 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     if preset.eval.teacher:
         t1 = time.time()
         headline = [t for key in preset.eval.headline for t in groups.get(key, [])]
-        runs = capture_runs(make_teacher(preset), headline, tools, preset.capture, run / "eval" / "teacher_runs.jsonl",
+        teacher = make_teacher(preset)
+        runs = capture_runs(teacher, headline, tools, preset.capture, run / "eval" / "teacher_runs.jsonl",
                             teacher=teacher_name(preset), observation_chars=preset.gen.observation_chars,
                             resume=False).runs
         out["teacher"] = teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})
+        if getattr(teacher, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled
+            out["teacher_prompt_tokens"] = dict(teacher.stats)
         seconds["teacher"] = round(time.time() - t1, 1)
     out["seconds_by_system"] = seconds
     out["seconds"] = round(time.time() - t0, 1)

@@ -188,11 +188,14 @@ def test_in_process_teacher_capture_flushes_each_lockstep_batch(tmp_path):
     from coa_lab.llm import make_generator
 
     preset = get_preset("cpu-smoke")
-    backend = make_generator(preset)
+    backend = make_generator(preset, keep_prefixes=True)  # as make_teacher builds it
     path = tmp_path / "traces.jsonl"
     result = capture_runs(backend, tasks(3), TOOLS, CaptureConfig(batch_tasks=2, teacher_max_new_tokens=24), path,
                           teacher=preset.model.name, progress=False)
     assert result.captured == 3 and result.failed == 0 and ids(path) == ["t0", "t1", "t2"]
+    # each agent's instruction + worked examples prefilled once, then reused by the next batch
+    assert backend.prefix_cache.entries
+    assert backend.stats["prompt_tokens_prefilled"] < backend.stats["prompt_tokens_sent"] / 2
     for run in result.runs:
         systems = [a.messages[0]["content"] for a in run.activations]
         assert len(set(systems)) == 5 and run.tool_calls == 1

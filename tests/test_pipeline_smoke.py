@@ -33,6 +33,8 @@ def test_capture_recorded_teacher_runs(run_dir):
     assert summary["tool_calls"] >= 4  # one hop per run, tools really ran
     assert set(summary["success"]) == {"all", "math/arith", "mhqa/lookup"}
     assert summary["success"]["all"]["runs"] == 4 and 0 <= summary["success"]["all"]["accuracy"] <= 1
+    # the local teacher's agent prompts share their instruction and examples: prefilled once
+    assert 0 < summary["prompt_tokens_prefilled"] < summary["prompt_tokens_sent"]
 
 
 def test_distill_kept_a_filtered_subset(run_dir):

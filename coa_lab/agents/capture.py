@@ -195,7 +195,8 @@ def make_teacher(preset):
             raise ValueError("capture.teacher_url needs capture.teacher_model: the model name the server serves")
         return OpenAIChatBackend(c.teacher_url, c.teacher_model, api_key_env=c.teacher_api_key_env,
                                  concurrency=c.concurrency, max_retries=c.max_retries)
-    return make_generator(preset, model_name=c.teacher_model)
+    # the agents' instructions and worked examples: prefilled once per capture, not per batch
+    return make_generator(preset, model_name=c.teacher_model, keep_prefixes=True)
 
 
 def teacher_name(preset) -> str:

@@ -8,7 +8,8 @@ The four techniques and where they live:
 4. overlong shaping       -> `overlong_penalty` (soft punishment) + the trainer's mask for
                              truncated samples (overlong filtering)
 Advantages are GRPO's: reward standardized within the group of samples of one prompt.
-No KL term, as in DAPO and the AFM release.
+No KL term by default, as in DAPO and the AFM release; `kl_to_reference` is GRPO's, a switch
+(rl.kl_coef) that keeps the policy near the SFT one.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def dapo_token_loss(
     aggregation: str = "token",
     n_sequences: float | None = None,
     token_weights: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped policy-gradient loss, averaged over TOKENS (not per sequence).
 
@@ -69,6 +72,9 @@ def dapo_token_loss(
         the ablation in notebook 07 uses "sequence".
     token_weights: [B, T] per-token importance weights, no gradient through them: truncated
         importance sampling when rollouts came from another policy (rl/int8_rollouts.py).
+    ref_logprobs, kl_coef: [B, T] log-probs under the reference (SFT) policy; kl_coef *
+        `kl_to_reference` is added per token before the aggregation, so it is averaged exactly
+        like the policy-gradient term.
     """
     if aggregation not in ("token", "sequence"):
         raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
@@ -80,6 +86,9 @@ def dapo_token_loss(
     per_token = torch.maximum(unclipped, clipped)  # [B, T] pessimistic bound
     if token_weights is not None:  # samples drawn by another policy: reweighted, not differentiated
         per_token = per_token * token_weights.detach()
+    kl = kl_to_reference(logprobs, ref_logprobs) if ref_logprobs is not None else None
+    if kl is not None and kl_coef:
+        per_token = per_token + kl_coef * kl
     if aggregation == "token":
         denom = n_tokens if n_tokens is not None else mask.sum().clamp(min=1.0)
         loss = (per_token * mask).sum() / denom
@@ -97,7 +106,17 @@ def dapo_token_loss(
             # advantage, ratio above 1 + clip_low (notebook 07: how often clip-higher matters)
             "high_ratio_frac": float((((ratio > 1 + clip_low) & (adv > 0)).float() * mask).sum() / count),
         }
+        if kl is not None:  # how far the policy has moved from the reference, per policy token
+            stats["kl_ref"] = float((kl * mask).sum() / count)
     return loss, stats
+
+
+def kl_to_reference(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """GRPO's per-token KL estimate (Schulman's k3) of the policy from the reference, on tokens
+    the policy sampled: exp(r) - r - 1 with r = log pi_ref - log pi. Never negative, 0 where the
+    two agree, and its gradient pulls log pi towards log pi_ref. [B, T] -> [B, T]."""
+    r = ref_logprobs.detach() - logprobs
+    return torch.exp(r) - r - 1
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int = 1,

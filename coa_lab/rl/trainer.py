@@ -156,10 +156,11 @@ def _micro_batches(groups, mini_batches: int) -> list[list[list[int]]]:
 
 
 def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int, compute=None,
-                  packed: bool | None = None) -> dict:
+                  packed: bool | None = None, reference=None) -> dict:
     """Old log-probs, advantages, then mini-batch steps on the DAPO loss.
 
     compute: a context-manager factory for forward passes (bf16 autocast on CPU).
+    reference: rl/reference.ReferenceWeights, the SFT policy of the KL term (rl.kl_coef > 0).
     packed: one packed row per micro-batch (default: wherever the model's attention allows
     it) or padded rows (benchmarks/bench_rl_update.py compares them)."""
     import contextlib
@@ -217,6 +218,12 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     with torch.no_grad(), compute():
         for sub in (sub for mb in mine[1:] for sub in mb):
             old[torch.tensor(sub, device=device)] = logprobs(sub).float()
+    ref = None
+    if reference is not None and rl.kl_coef > 0:  # the SFT policy's log-probs: one more no-grad pass
+        ref = torch.zeros(input_ids.shape, dtype=torch.float32, device=device)
+        with torch.no_grad(), compute(), reference.active():
+            for sub in (sub for mb in mine for sub in mb):
+                ref[torch.tensor(sub, device=device)] = logprobs(sub).float()
     model.train()  # gradient checkpointing (GPU presets) is only active in train mode
     stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "ratio_mean": [], "approx_kl": [], "high_ratio_frac": []}
     params = [p for p in model.parameters() if p.requires_grad]
@@ -242,9 +249,12 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
             loss, st = dapo.dapo_token_loss(logp, old_sub, adv[t], loss_mask[t],
                                             rl.clip_low, rl.clip_high, n_tokens=n_tokens,
                                             aggregation=rl.loss_agg, n_sequences=n_sequences,
-                                            token_weights=weights)
+                                            token_weights=weights,
+                                            ref_logprobs=ref[t] if ref is not None else None, kl_coef=rl.kl_coef)
             loss.backward()
             stats["loss"].append(float(loss.detach()))
+            if "kl_ref" in st:
+                stats.setdefault("kl_ref", []).append(st["kl_ref"])
             for k in ("clip_frac", "ratio_mean", "approx_kl", "high_ratio_frac"):
                 stats[k].append(st[k])
         distributed.all_reduce_gradients(params)  # the whole mini-batch's gradient on every rank
@@ -328,7 +338,8 @@ class _TaskCycle:
 CHECKPOINT = "checkpoint"
 
 
-def _save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: _TaskCycle, anchor_iter, n_sampled: int) -> None:
+def _save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: _TaskCycle, anchor_iter, n_sampled: int,
+                     reference=None) -> None:
     """out_dir/checkpoint: the adapter, the optimizer, the next step, every RNG and how far each
     task stream got. Written beside the old one and swapped in, so a kill mid-save leaves one."""
 
@@ -346,7 +357,8 @@ def _save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: _Tas
                 "torch_rng": torch_rngs[0], "torch_rng_by_rank": torch_rngs, "cuda_rng_by_rank": cuda_rngs,
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                 "pool": pool_iter.state(), "anchors_drawn": anchor_iter.n if anchor_iter is not None else 0,
-                "sampled_records": n_sampled}, tmp / "state.pt")
+                "sampled_records": n_sampled,
+                "reference": reference.state() if reference is not None else None}, tmp / "state.pt")
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
@@ -412,6 +424,16 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
         generator = HFGenerator(model, tokenizer, preset.gen.batch_size, compute=compute)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=rl.learning_rate, weight_decay=0.0)
+    reference = None
+    if rl.kl_coef < 0:
+        raise ValueError(f"rl.kl_coef must be >= 0 (0 turns the KL term off), got {rl.kl_coef}")
+    if rl.kl_coef > 0:  # the SFT adapter's weights: this run's start, or the checkpoint's copy of them
+        from coa_lab.rl.reference import ReferenceWeights
+
+        if state is not None and state.get("reference") is None:
+            raise ValueError("rl.kl_coef > 0, but the checkpoint was written without a KL reference; "
+                             "resume with the settings the run started with (rl.kl_coef=0)")
+        reference = ReferenceWeights(model, state["reference"] if state is not None else None)
     pool = list(train_tasks)
     if not pool:
         raise ValueError("RL needs training tasks; the pool is empty")
@@ -479,7 +501,8 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 "signal_rollouts": int((dapo.group_advantages(torch.tensor(rewards)) != 0).sum()) if groups else 0,
             }
             if groups:
-                row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute))
+                row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute,
+                                         reference=reference))
                 if hasattr(generator, "refresh"):  # the int8 copy: rebuilt from the new weights
                     generator.refresh()
                 if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
@@ -512,6 +535,6 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 model.save_pretrained(adapter_dir)
                 tokenizer.save_pretrained(adapter_dir)
             if rl.save_steps > 0 and ((step + 1) % rl.save_steps == 0 or step + 1 == rl.steps):
-                _save_checkpoint(out_dir, model, optimizer, step, pool_iter, anchor_iter, len(sampled))
+                _save_checkpoint(out_dir, model, optimizer, step, pool_iter, anchor_iter, len(sampled), reference)
     distributed.barrier()  # rank 0's files are complete before any rank returns
     return RLResult(adapter_dir, metrics)
