@@ -8,17 +8,26 @@
     coa-lab data inspect datasets/math/gsm8k/eval.jsonl
     coa-lab eval --policy gold --suite datasets/math # harness self-test: 100% expected
     coa-lab plan --preset gpu-3b-qlora --gpus 1 --gpu H100   # memory and time per step, no GPU needed
+
+An expected mistake (a missing input, an unknown field, a model wheel not installed, a port in
+use, an unreachable teacher) ends in one or two lines on stderr naming the fix and exit code 2;
+`--debug` (or COA_LAB_DEBUG=1) shows the traceback instead. A stage command on an existing run
+folder runs with the settings the folder recorded (RUN/preset.json); other settings are refused
+unless `--change-settings` asks for them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from coa_lab.config import PRESETS, get_preset
+from coa_lab.config import PRESETS, get_preset, preset_differences, preset_from_dict
 from coa_lab.paths import runs_dir
+
+STAGES = ("capture", "distill", "sft", "rl", "eval")
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict]:
@@ -37,8 +46,46 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
     return out
 
 
+def _expected(exc: BaseException) -> bool:
+    """A mistake a user can fix from the message alone: bad settings or data (ValueError), a
+    missing or unreadable file, a port in use (OSError), a missing optional package, a model
+    that does not load, a teacher or server that does not answer."""
+    if isinstance(exc, (ValueError, OSError, ImportError)):
+        return True  # decided without importing torch (`coa-lab plan` runs without it)
+    from coa_lab.agents.capture import CaptureError
+    from coa_lab.http_client import BackendError
+    from coa_lab.models import ModelLoadError
+    from coa_lab.tools.sandbox import SandboxUnavailableError
+
+    return isinstance(exc, (ModelLoadError, CaptureError, BackendError, SandboxUnavailableError))
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parse, run, and turn an expected mistake into a short message and exit code 2."""
+    args = _parser().parse_args(argv)
+    debug = getattr(args, "debug", False) or os.environ.get("COA_LAB_DEBUG", "") not in ("", "0")
+    try:
+        return _run(args)
+    except SystemExit as exc:  # the lab's own one-line errors: `raise SystemExit("coa-lab x: ...")`
+        if debug or not isinstance(exc.code, str):
+            raise
+        print(exc.code, file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if debug or not _expected(exc):
+            raise
+        message = str(exc).strip() or type(exc).__name__
+        print(f"coa-lab {args.command}: {message}", file=sys.stderr)
+        print("  (--debug shows the traceback)", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coa-lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (also COA_LAB_DEBUG=1)")
+    # accepted after the subcommand too; SUPPRESS: a subcommand's default must not undo `coa-lab --debug X`
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_ in [("capture", "run the multi-agent teacher and record every activation (resumes a run folder)"),
                         ("distill", "convert teacher runs to CoA trajectories and filter them"),
@@ -46,13 +93,18 @@ def main(argv: list[str] | None = None) -> int:
                         ("rl", "DAPO RL with multi-turn tool rollouts"),
                         ("eval", "score base / SFT / RL models on held-out tasks"),
                         ("demo", "all stages, then runs/<name>/report.md")]:
-        p = sub.add_parser(name, help=help_)
+        p = sub.add_parser(name, help=help_, parents=[common])
         # stages default to the smoke preset (a quick look); the demo and `eval --suite` to the
         # demo's: the smoke preset's 48-token turns cut a trained model off mid-program
-        p.add_argument("--preset", default=None, choices=sorted(PRESETS),
-                       help="default: cpu-tiny for demo and eval --suite, cpu-smoke for single stages")
+        p.add_argument("--preset", default=None, metavar="NAME",
+                       help=f"one of {', '.join(sorted(PRESETS))}; default: the run folder's (RUN/preset.json), "
+                            "else cpu-tiny for demo and eval --suite, cpu-smoke for single stages")
         p.add_argument("--run", type=Path, default=None, help="run folder (default: runs/<preset> or runs/demo)")
         p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
+        if name in STAGES:
+            p.add_argument("--change-settings", action="store_true",
+                           help="run with --preset/--set settings that differ from the run folder's recorded ones "
+                                "(and record the new ones)")
         if name == "sft":
             p.add_argument("--resume", action="store_true",
                            help="continue from the newest checkpoint in RUN/sft/trainer (sft.save_steps)")
@@ -69,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--limit", type=int, help="with --suite: at most N tasks per file (a seeded sample)")
             p.add_argument("--samples", type=int, help="with --suite: samples per task (pass@k); default the preset's")
             p.add_argument("--workers", type=int, default=8, help="with --policy gold: parallel graders")
-    p = sub.add_parser("exec", help="run a Python file in the code sandbox; prints one JSON object")
+    p = sub.add_parser("exec", help="run a Python file in the code sandbox; prints one JSON object", parents=[common])
     p.add_argument("rest", nargs=argparse.REMAINDER)
-    p = sub.add_parser("data", help="`data inspect PATH`: how the lab reads a task file")
+    p = sub.add_parser("data", help="`data inspect PATH`: how the lab reads a task file", parents=[common])
     p.add_argument("rest", nargs=argparse.REMAINDER)
-    p = sub.add_parser("serve", help="serve a model (or a trained adapter) as an OpenAI-compatible API")
+    p = sub.add_parser("serve", help="serve a model (or a trained adapter) as an OpenAI-compatible API", parents=[common])
     p.add_argument("model", help="embedded:smollm2-135m-instruct, any HF model name or path, or an adapter folder")
     p.add_argument("--adapter", help="a LoRA adapter folder to serve on top of MODEL")
     p.add_argument("--name", help="the model id clients send (default: MODEL as given)")
@@ -83,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="cpu-tiny", choices=sorted(PRESETS), help="dtype / device settings")
     p.add_argument("--api-key-env", help="require `Authorization: Bearer $VAR` on /v1/ requests")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
-    p = sub.add_parser("report", help="rewrite report.md and plots of a run folder")
+    p = sub.add_parser("report", help="rewrite report.md and plots of a run folder", parents=[common])
     p.add_argument("run", type=Path)
-    p = sub.add_parser("plan", help="per-GPU memory and time per step of a preset (estimates; docs/scaling.md)")
+    p = sub.add_parser("plan", help="per-GPU memory and time per step of a preset (estimates; docs/scaling.md)", parents=[common])
     p.add_argument("--preset", default="gpu-3b-qlora", choices=sorted(PRESETS))
     p.add_argument("--gpus", type=int, default=1, help="GPUs in the job (data parallel / sharded)")
     p.add_argument("--gpu", default="H100", help="H100, H200, A100 or L4 (coa_lab.step_time.GPUS)")
@@ -98,8 +150,10 @@ def main(argv: list[str] | None = None) -> int:
                         ("--bandwidth-efficiency", "achieved share of HBM bandwidth in decoding (default 0.6)"),
                         ("--response-fraction", "average rollout length / gen.max_response_tokens (default 0.5)")]:
         p.add_argument(flag, type=float, default=None, help=help_)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def _run(args) -> int:
     if args.command == "exec":
         from coa_lab.tools.sandbox import exec_main
 
@@ -130,18 +184,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from coa_lab import pipeline
 
-    if args.preset is None:
-        args.preset = "cpu-tiny" if args.command == "demo" or getattr(args, "suite", None) else "cpu-smoke"
-    try:
-        preset = get_preset(args.preset, **parse_overrides(args.set))
-    except ValueError as exc:
-        raise SystemExit(f"coa-lab: {exc}") from None
+    overrides = parse_overrides(args.set)
     if args.command == "eval" and args.suite:
-        return _eval_suite(args, preset)
-    run = args.run or runs_dir() / ("demo" if args.command == "demo" else preset.name)
-    if args.command == "demo":
-        pipeline.run_all(preset, run)
+        return _eval_suite(args, get_preset(args.preset or "cpu-tiny", **overrides))
+    if args.command == "demo":  # the demo starts afresh and records its own settings
+        preset = get_preset(args.preset or "cpu-tiny", **overrides)
+        pipeline.run_all(preset, args.run or runs_dir() / "demo")
         return 0
+    run = args.run or runs_dir() / (args.preset or "cpu-smoke")
+    preset = _run_folder_preset(run, args.preset, overrides, args.change_settings)
     stage = {"capture": pipeline.capture, "distill": pipeline.distill, "sft": pipeline.sft,
              "rl": pipeline.rl, "eval": pipeline.evaluate_stage}[args.command]
     run.mkdir(parents=True, exist_ok=True)
@@ -151,6 +202,38 @@ def main(argv: list[str] | None = None) -> int:
     if distributed.is_main():  # under `accelerate launch` every rank gets here: one summary
         print(json.dumps({k: v for k, v in summary.items() if k not in ("losses", "metrics")}, indent=2, default=str))
     return 0
+
+
+def _run_folder_preset(run: Path, name: str | None, overrides: dict, change: bool):
+    """The settings a stage runs with: the run folder's recorded ones (RUN/preset.json), with
+    --set laid over them; a different --preset or a --set that changes a recorded field is
+    refused unless `change` (--change-settings). A new folder records what it was given."""
+    recorded = run / "preset.json"
+    if not recorded.exists():
+        preset = get_preset(name or "cpu-smoke", **overrides)
+        run.mkdir(parents=True, exist_ok=True)
+        recorded.write_text(json.dumps(preset.to_dict(), indent=2) + "\n")
+        return preset
+    try:
+        saved = preset_from_dict(json.loads(recorded.read_text()))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{recorded} is not valid JSON ({exc}); fix it or delete it to start the folder afresh") from None
+    if name is not None and name != saved.name:
+        wanted = get_preset(name, **overrides)
+    else:  # --set laid over what the folder recorded
+        merged = saved.to_dict()
+        for section, values in overrides.items():
+            merged[section] = {**merged[section], **values} if isinstance(values, dict) and isinstance(merged.get(section), dict) else values
+        wanted = preset_from_dict(merged)
+    diff = preset_differences(saved, wanted)
+    if diff and not change:
+        shown = "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
+        raise ValueError(f"{run} was made with other settings ({shown}). Drop --preset/--set to go on with the "
+                         f"recorded ones, or pass --change-settings to run with these and record them")
+    if diff:
+        recorded.write_text(json.dumps(wanted.to_dict(), indent=2) + "\n")
+        print(f"coa-lab: {run} now records the changed settings: {'; '.join(diff[:4])}", file=sys.stderr)
+    return wanted
 
 
 def _plan(args) -> int:

@@ -281,24 +281,82 @@ PRESETS = {
 }
 
 
+def _checked(where: str, annotation: str, value: Any) -> Any:
+    """`value` as the field's declared type wants it (an int where a float is declared becomes a
+    float, a JSON list a tuple); anything else is a ValueError naming the field and the type, so
+    `--set rl.steps=abc` fails at once rather than deep inside a stage."""
+    kinds = {part.strip().split("[")[0] for part in annotation.split("|")}
+    if value is None and "None" in kinds:
+        return None
+    if isinstance(value, bool):
+        ok = "bool" in kinds
+    elif isinstance(value, int) and "int" not in kinds and "float" in kinds:
+        return float(value)
+    elif isinstance(value, (int, float, str)):
+        ok = type(value).__name__ in kinds
+    elif isinstance(value, (list, tuple)) and "tuple" in kinds:
+        return tuple(value)
+    else:
+        ok = type(value).__name__ in kinds
+    if not ok:
+        raise ValueError(f"{where} must be {annotation}, got {value!r}")
+    return value
+
+
 def get_preset(name: str = "cpu-tiny", **overrides: dict[str, Any] | Any) -> Preset:
     """A fresh preset by name, with per-section overrides: get_preset("cpu-tiny", rl={"steps": 1})."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     preset = PRESETS[name]()
     for section, values in overrides.items():
-        sections = {f.name for f in dataclasses.fields(preset)}
+        sections = {f.name: f for f in dataclasses.fields(preset)}
         if section not in sections:
             raise ValueError(f"preset has no section {section!r}; sections: {sorted(sections)}")
         current = getattr(preset, section)
         if dataclasses.is_dataclass(current):
             if not isinstance(values, dict):
                 raise ValueError(f"override for {section!r} must be a dict of fields")
-            names = {f.name for f in dataclasses.fields(current)}
-            unknown = set(values) - names
+            fields_ = {f.name: f for f in dataclasses.fields(current)}
+            unknown = set(values) - set(fields_)
             if unknown:
-                raise ValueError(f"{section} has no field(s) {sorted(unknown)}; fields: {sorted(names)}")
+                raise ValueError(f"{section} has no field(s) {sorted(unknown)}; fields: {sorted(fields_)}")
+            values = {k: _checked(f"{section}.{k}", str(fields_[k].type), v) for k, v in values.items()}
             setattr(preset, section, dataclasses.replace(current, **values))
         else:
-            setattr(preset, section, values)
+            setattr(preset, section, _checked(section, str(sections[section].type), values))
     return preset
+
+
+def preset_from_dict(saved: dict[str, Any]) -> Preset:
+    """The preset a run folder recorded (`preset.json`, `Preset.to_dict`): its named preset with
+    every saved field laid over it. A field added to the code since keeps its default; one the
+    code no longer has is dropped."""
+    if not isinstance(saved, dict) or "name" not in saved:
+        raise ValueError("preset.json holds no preset (no 'name' key)")
+    base = get_preset(saved["name"]).to_dict()
+    overrides = {}
+    for key, value in saved.items():
+        if key == "name" or key not in base:
+            continue
+        if _is_section(key) and isinstance(value, dict):
+            value = {f: x for f, x in value.items() if f in base[key]}
+        overrides[key] = value
+    return get_preset(saved["name"], **overrides)
+
+
+def _is_section(name: str) -> bool:
+    """A section of the preset is a dataclass of fields (model, gen, rl, ...), not a plain value."""
+    return any(f.name == name and dataclasses.is_dataclass(f.default_factory()) for f in dataclasses.fields(Preset)
+               if f.default_factory is not dataclasses.MISSING)
+
+
+def preset_differences(a: Preset, b: Preset) -> list[str]:
+    """'section.field: A -> B' for every field where two presets differ (the name included)."""
+    da, db = a.to_dict(), b.to_dict()
+    out = []
+    for key in da:
+        if isinstance(da[key], dict) and _is_section(key):
+            out += [f"{key}.{f}: {da[key][f]!r} -> {db[key].get(f)!r}" for f in da[key] if da[key][f] != db[key].get(f)]
+        elif da[key] != db[key]:
+            out.append(f"{key}: {da[key]!r} -> {db[key]!r}")
+    return out

@@ -82,6 +82,13 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
                           teacher=teacher_name(preset), observation_chars=preset.gen.observation_chars,
                           resume=resume)
     runs = result.runs
+    if runs and all(r.error for r in runs):  # nothing to distill: a teacher that never answered
+        from coa_lab.agents.capture import CaptureError
+
+        where = preset.capture.teacher_url or teacher_name(preset)
+        raise CaptureError(f"all {len(runs)} teacher runs failed ({where}; first: {runs[0].error[:200]}). "
+                           f"Fix the teacher (capture.teacher_url, its key in ${preset.capture.teacher_api_key_env}) "
+                           f"and run capture again: failed runs are retried")
     key_of = {t.id: key for key, ts in by_benchmark(tasks, preset.capture.tasks).items() for t in ts}
     summary = {"runs": len(runs), "activations": sum(len(r.activations) for r in runs),
                "tool_calls": sum(r.tool_calls for r in runs), "seconds": result.seconds,

@@ -579,6 +579,20 @@ def resolve_served(model_or_path: str, adapter: str | None) -> tuple[str, str | 
     return model_or_path, adapter
 
 
+def _check_port(host: str, port: int) -> None:
+    """Fail in one line, before the model loads, when the address cannot be listened on."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise SystemExit(f"coa-lab serve: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                             f"another server is there? pass --port with a free port") from None
+
+
 def serve_main(args) -> int:
     """`coa-lab serve` (arguments parsed in coa_lab/cli.py)."""
     import dataclasses
@@ -596,10 +610,12 @@ def serve_main(args) -> int:
     preset = get_preset(args.preset)
     preset.model = dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
     preset.gen = dataclasses.replace(preset.gen, backend="hf", batch_size=args.max_batch)
-    generator = make_generator(preset, adapter)
-    model_id = args.name or args.model  # what clients send as "model"
+    # the mistakes that need no model are caught before it loads
     if args.api_key_env and not os.environ.get(args.api_key_env):
         raise SystemExit(f"coa-lab serve: --api-key-env {args.api_key_env} is set but the variable is empty")
+    _check_port(args.host, args.port)
+    generator = make_generator(preset, adapter)
+    model_id = args.name or args.model  # what clients send as "model"
     try:
         loopback = ipaddress.ip_address(args.host).is_loopback
     except ValueError:

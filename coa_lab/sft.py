@@ -176,7 +176,7 @@ def masked_trainer():
 def progress_callback():
     """A tqdm.auto bar over optimizer steps with the latest loss (a widget in notebooks, a bar
     in a terminal); the Trainer's own bar is off because it also prints every log dict."""
-    from tqdm.auto import tqdm
+    from coa_lab.progress import progress_bar
     from transformers import TrainerCallback
 
     class TqdmProgress(TrainerCallback):
@@ -184,7 +184,7 @@ def progress_callback():
 
         def on_train_begin(self, args, state, control, **kwargs):
             # one bar per run, not per rank
-            self.bar = tqdm(total=state.max_steps, desc="sft", unit="step", disable=not state.is_world_process_zero)
+            self.bar = progress_bar(total=state.max_steps, desc="sft", unit="step", disable=not state.is_world_process_zero)
 
         def on_step_end(self, args, state, control, **kwargs):
             self.bar.update(state.global_step - self.bar.n)

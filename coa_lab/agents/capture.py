@@ -126,7 +126,7 @@ def capture_runs(backend, tasks: list, tools, cfg: CaptureConfig, path: str | Pa
     resume=False starts the file afresh. Runs already in the file for tasks not in `tasks` are
     kept (nothing is lost) and returned with the rest. Raises AuthError (the key was rejected) after keeping
     every run finished so far; any other backend failure is a recorded failed run."""
-    from tqdm.auto import tqdm
+    from coa_lab.progress import progress_bar
 
     t0 = time.time()
     path = Path(path)
@@ -150,7 +150,7 @@ def capture_runs(backend, tasks: list, tools, cfg: CaptureConfig, path: str | Pa
     workers = max(1, getattr(backend, "concurrency", cfg.concurrency)) if remote else 1
 
     writer = TraceWriter(path)
-    bar = tqdm(total=len(seen), initial=len(seen) - len(todo), desc="capture", unit="run", disable=not progress)
+    bar = progress_bar(total=len(seen), initial=len(seen) - len(todo), desc="capture", unit="run", disable=not progress)
     new: list[TeacherRun] = []
     lock = threading.Lock()
 

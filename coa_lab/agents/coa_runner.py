@@ -61,7 +61,7 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
     tools: a ToolRegistry; each task's profile decides which of its tools are announced.
     progress: a label for a tqdm bar over finished rollouts (None: no bar).
     """
-    from tqdm.auto import tqdm
+    from coa_lab.progress import progress_bar
 
     temperature = cfg.temperature if temperature is None else temperature
     tok = generator.tokenizer
@@ -71,7 +71,7 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
         prompt = chat_prompt_ids(tok, task_messages(task.profile, task.question, names))
         rollouts.extend(Rollout(task, list(prompt)) for _ in range(samples))
     stops = protocol.stop_strings(tools.names())
-    bar = tqdm(total=len(rollouts), desc=progress, unit="rollout", leave=False, disable=progress is None)
+    bar = progress_bar(total=len(rollouts), desc=progress, unit="rollout", leave=False, disable=progress is None)
     env = _CoaTurns(rollouts, tools, cfg, tok, bar)
     if hasattr(generator, "multi_turn"):
         # one pass that keeps each row's KV cache across tool turns (coa_lab.decoding)

@@ -389,7 +389,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     same tasks, each rolls out its share, and the update's gradient is summed over the ranks
     (coa_lab/distributed.py); rank 0 writes the files."""
     import torch
-    from tqdm.auto import tqdm
+    from coa_lab.progress import progress_bar
 
     from coa_lab.llm import HFGenerator
     from coa_lab.models import compute_context, load_model
@@ -464,7 +464,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
         sampled = load_records(out_dir / "rollouts.jsonl")[: state["sampled_records"]]
     # rank 0 writes the run folder; the other ranks compute the same rows and keep them in memory
     with open(metrics_path if main else os.devnull, "w") as log, \
-            tqdm(total=rl.steps, initial=first_step, desc="rl", unit="step", disable=not main) as bar:
+            progress_bar(total=rl.steps, initial=first_step, desc="rl", unit="step", disable=not main) as bar:
         for row in metrics:
             log.write(json.dumps(row) + "\n")
         for step in range(first_step, rl.steps):
