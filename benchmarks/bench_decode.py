@@ -6,7 +6,7 @@ Writes runs/bench/decode.json (under COA_LAB_RUNS if set).
 Per batch size, in ONE run on the same model and prompts (held-out arithmetic questions in the
 CoA format, repeated to fill the batch), greedy, every row producing exactly `--new-tokens`
 tokens (EOS does not end a row in either system, so both decode the same full batch):
-  - `tokens_per_s`: new tokens / wall time through `coa_lab.decoding.decode` (its own in-place
+  - `tokens_per_s`: new tokens / wall time through `coa_lab.generation.decoding.decode` (its own in-place
     KV cache, grouped-query decode attention);
   - `generate_tokens_per_s`: the same through `model.generate` (transformers' DynamicCache);
   - `same_tokens`: whether every row's greedy tokens are identical;
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab.config import get_preset  # noqa: E402
-from coa_lab.decoding import decode  # noqa: E402
-from coa_lab.models import compute_context, load_model  # noqa: E402
+from coa_lab.generation.decoding import decode  # noqa: E402
+from coa_lab.generation.models import compute_context, load_model  # noqa: E402
 from coa_lab.pipeline import draw_tasks, machine_peak  # noqa: E402
 
 
@@ -111,7 +111,7 @@ def main() -> int:
     compute = lambda: compute_context(model, preset.model)  # noqa: E731
     from coa_lab import protocol
     from coa_lab.agents.coa_runner import task_messages
-    from coa_lab.llm import chat_prompt_ids
+    from coa_lab.generation.chat_prompt import chat_prompt_ids
 
     tasks = draw_tasks(preset, {"math/arith": 24}, "test")
     base = [chat_prompt_ids(tok, task_messages(t.profile, t.question, protocol.PROFILE_TOOLS[t.profile]))

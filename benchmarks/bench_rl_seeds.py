@@ -16,8 +16,11 @@ every seed, so an interrupted benchmark keeps the seeds it finished.
    by the first seed, and reused by the others (`--screen-per-seed` screens each): what varies is
    RL's own randomness (rollout samples, task order, anchors), and each seed costs its 8 steps
    and its eval rather than also 256 screening rollouts (~12 min on 2 cores).
-   `--append` continues an interrupted benchmark: the SFT figures and the seeds already in
-   rl_seeds.json are kept (same adapter, preset and overrides required).
+   `--append` continues an interrupted benchmark: the SFT figures, the seeds and the pool
+   screening already in runs/bench/rl_seeds.json are kept (the same adapter weights, checked by
+   their sha256, preset and overrides required). To go on from the committed result, copy
+   docs/results/rl_seeds.json there first: SFT from the shipped capture is deterministic on one
+   machine, so the adapter is trained again with the same weights.
 Tuning reads the VALIDATION split, never test: `--split val --name tune_<what> --set rl.X=Y`
 scores the SFT policy and each seed on `eval.val_tasks` (48 + 16), and `--pool-from` trains on
 an earlier run's screening (rl/pool.json), so a setting is compared on the same pool.
@@ -43,8 +46,8 @@ from results import save  # noqa: E402 - benchmarks/results.py, beside this scri
 from coa_lab import pipeline  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.evaluate import evaluate  # noqa: E402
+from coa_lab.generation.llm import make_generator  # noqa: E402
 from coa_lab.lesson_inputs import SHIPPED_TEACHER_RUNS  # noqa: E402
-from coa_lab.llm import make_generator  # noqa: E402
 from coa_lab.paths import runs_dir  # noqa: E402
 
 
@@ -99,6 +102,12 @@ def plot(out: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def weights_sha256(adapter: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
+
+
 def sft_adapter(preset, base: Path, explicit: Path | None) -> Path:
     if explicit is not None:
         return explicit
@@ -141,7 +150,10 @@ def main() -> int:
     earlier = runs_dir() / "bench" / f"{args.name}.json"
     if args.append and earlier.exists():
         out = json.loads(earlier.read_text())
-        same = {"sft_adapter": str(adapter), "test_mix": mix, "overrides": args.set, "preset": args.preset}
+        # the adapter by its weights, not its path: SFT from the shipped capture is deterministic on
+        # one machine, so another session (or a copy of docs/results/rl_seeds.json) can go on
+        same = {"sft_adapter_sha256": weights_sha256(adapter), "test_mix": mix, "overrides": args.set,
+                "preset": args.preset}
         if any(out.get(k) != v for k, v in same.items()):
             raise SystemExit(f"--append: {earlier} was run with other settings "
                              f"({ {k: out.get(k) for k in same} }); run without --append or with the same ones")
@@ -149,7 +161,8 @@ def main() -> int:
         print(f"--append: keeping SFT and seeds {out['seeds']} from {earlier}")
     else:
         sft = pooled(evaluate(make_generator(preset, adapter), groups, tools, preset, label="sft"), keys)
-        out = {"preset": args.preset, "overrides": args.set, "sft_adapter": str(adapter), "split": args.split,
+        out = {"preset": args.preset, "overrides": args.set, "sft_adapter": str(adapter),
+               "sft_adapter_sha256": weights_sha256(adapter), "split": args.split,
                "test_mix": mix,
                "test_tasks": sft["tasks"], "sft_test_accuracy": sft["accuracy"], "sft_format_valid": sft["format_valid"],
                "sft_eval_seconds": round(time.time() - t0, 1), "seeds": [], "rl_test_accuracy": [],
@@ -165,6 +178,9 @@ def main() -> int:
         (run / "sft").mkdir(parents=True)
         (run / "sft" / "adapter").symlink_to(adapter.resolve())
         screened = base / f"seed{out['seeds'][0]}" / "rl" / "pool.json" if out["seeds"] else args.pool_from
+        if out.get("pool") and not (screened and screened.exists()):  # --append elsewhere: the kept screening
+            screened = base / "pool.json"
+            screened.write_text(json.dumps(out["pool"], indent=2))
         reuse = not args.screen_per_seed and screened is not None and screened.exists()
         if reuse:  # the first seed's screening (RL's randomness varies, the pool does not)
             (run / "rl").mkdir()
@@ -177,6 +193,7 @@ def main() -> int:
         rl = pooled(evaluate(make_generator(seeded, run / "rl" / "adapter"), groups, tools, seeded, label="rl"), keys)
         metrics = summary["metrics"]
         out["seeds"].append(seed)
+        out.setdefault("pool", json.loads((run / "rl" / "pool.json").read_text()))  # what every seed trained on
         out["rl_test_accuracy"].append(rl["accuracy"])
         out["rl_format_valid"].append(rl["format_valid"])
         out["gains"].append(rl["accuracy"] - sft["accuracy"])

@@ -6,7 +6,7 @@ Writes runs/bench/rl_update.json (under COA_LAB_RUNS if set).
 
 The groups are sampled once (held-out arithmetic tasks, the demo's SFT adapter when
 runs/demo/sft/adapter exists, the RL temperature and group size of the preset), then
-`rl.trainer.policy_update` runs on them from the same weights and a fresh optimizer, packed
+`rl.update.policy_update` runs on them from the same weights and a fresh optimizer, packed
 and padded, alternating (`--repeats`, best of each). Printed: seconds of each, token positions each computes (the old-log-prob
 pass and the trained forward), the speed-up, the loss of each (equal up to float noise),
 and the machine's measured matmul peaks.
@@ -26,10 +26,11 @@ from results import demo_adapter, save  # noqa: E402 - benchmarks/results.py, be
 
 from coa_lab.agents.coa_runner import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
-from coa_lab.llm import HFGenerator  # noqa: E402
-from coa_lab.models import compute_context, load_model  # noqa: E402
+from coa_lab.generation.hf_generator import HFGenerator  # noqa: E402
+from coa_lab.generation.models import compute_context, load_model  # noqa: E402
 from coa_lab.pipeline import draw_tasks, machine_peak, make_tools  # noqa: E402
-from coa_lab.rl.trainer import policy_update, score_rollouts  # noqa: E402
+from coa_lab.rl.rollouts import score_rollouts  # noqa: E402
+from coa_lab.rl.update import policy_update  # noqa: E402
 
 
 def main() -> int:

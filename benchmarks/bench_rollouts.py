@@ -5,7 +5,7 @@ Writes runs/bench/rollouts.json (under COA_LAB_RUNS if set).
 
 Measured in ONE run on the same model, tasks and batch (ratios are what carry over between
 machines; absolute figures are printed beside the machine's measured matmul peaks):
-  1. `run_coa` through `coa_lab.decoding` (KV cache kept across tool turns, finished rows
+  1. `run_coa` through `coa_lab.generation.decoding` (KV cache kept across tool turns, finished rows
      leave the batch);
   2. `run_coa` through a per-turn `transformers.generate` backend (the whole prefix is
      prefilled again at every tool turn, every row pays until the batch's slowest is done);
@@ -28,8 +28,9 @@ from results import demo_adapter, save  # noqa: E402 - benchmarks/results.py, be
 
 from coa_lab.agents.coa_runner import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
-from coa_lab.llm import Generation, HFGenerator  # noqa: E402
-from coa_lab.models import compute_context, load_model  # noqa: E402
+from coa_lab.generation.hf_generator import HFGenerator  # noqa: E402
+from coa_lab.generation.models import compute_context, load_model  # noqa: E402
+from coa_lab.generation.result import Generation  # noqa: E402
 from coa_lab.pipeline import draw_tasks, machine_peak, make_tools  # noqa: E402
 
 
@@ -107,9 +108,9 @@ def main() -> int:
     # single-turn ceiling: the same number of new tokens per row, in one generate call
     import torch
 
-    from coa_lab.agents.coa_runner import task_messages
-    from coa_lab.llm import chat_prompt_ids
     from coa_lab import protocol
+    from coa_lab.agents.coa_runner import task_messages
+    from coa_lab.generation.chat_prompt import chat_prompt_ids
 
     per_row = max(1, round(engine["policy_tokens"] / len(tasks)))
     prompts = [chat_prompt_ids(tok, task_messages(t.profile, t.question, protocol.PROFILE_TOOLS[t.profile])) for t in tasks]

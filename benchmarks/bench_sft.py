@@ -29,7 +29,7 @@ from results import save  # noqa: E402 - benchmarks/results.py, beside this scri
 
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.distill.importers import load_imported  # noqa: E402
-from coa_lab.models import load_model  # noqa: E402
+from coa_lab.generation.models import load_model  # noqa: E402
 from coa_lab.paths import DATASETS_DIR, runs_dir  # noqa: E402
 from coa_lab.pipeline import machine_peak  # noqa: E402
 from coa_lab.sft import collator, encode_example, masked_trainer, pad_batch, record_messages  # noqa: E402
@@ -42,7 +42,7 @@ def train(preset, rows, steps: int, lab: bool, out: Path) -> tuple[float, int, i
     import torch
     from transformers import Trainer, TrainingArguments
 
-    from coa_lab.models import cpu_autocast_enabled
+    from coa_lab.generation.models import cpu_autocast_enabled
 
     torch.manual_seed(preset.seed)
     model, tokenizer = load_model(preset.model, trainable=True)

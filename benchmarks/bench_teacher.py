@@ -5,7 +5,7 @@ Writes runs/bench/teacher.json (under COA_LAB_RUNS if set; benchmarks/results.py
 
 Every agent of the multi-agent teacher re-reads its instruction and two worked examples
 (~400 tokens) before a ~20-token task; the decoder prefills each shared prefix once per group
-of prompts (coa_lab.decoding.shared_prefix_groups: cut by cost). Measured here on the same
+of prompts (coa_lab.generation.decoding.shared_prefix_groups: cut by cost). Measured here on the same
 model, tasks and batch, greedy, both ways:
   1. shared-prefix groups (what capture uses);
   2. plain prefill (groups disabled: every prompt prefilled whole, left-padded).
@@ -24,11 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
-from coa_lab import decoding  # noqa: E402
 from coa_lab.agents.teacher import run_teacher  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.evaluate import teacher_eval  # noqa: E402
-from coa_lab.llm import make_generator  # noqa: E402
+from coa_lab.generation import decoding  # noqa: E402
+from coa_lab.generation.llm import make_generator  # noqa: E402
 from coa_lab.pipeline import draw_tasks, machine_peak, make_tools  # noqa: E402
 
 

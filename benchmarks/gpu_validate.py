@@ -10,8 +10,8 @@ tokenizer files for token ids (all ids fall inside Qwen's larger vocabulary).
 
 1. 4-bit QLoRA SFT (coa_lab.sft.train_sft, preset gpu-3b-qlora): peak memory, tokens/s,
    at each context length; the same run with bf16 LoRA (no quantization) for the ratio.
-2. One DAPO update (coa_lab.rl.trainer.policy_update) at group size 8: peak memory, seconds.
-3. Batched rollout generation (coa_lab.llm.HFGenerator): tokens/s.
+2. One DAPO update (coa_lab.rl.update.policy_update) at group size 8: peak memory, seconds.
+3. Batched rollout generation (coa_lab.generation.hf_generator.HFGenerator): tokens/s.
 """
 
 from __future__ import annotations
@@ -94,8 +94,8 @@ def dapo_run(model_dir: Path, prompt_len: int, response_len: int, four_bit: bool
 
     from coa_lab.agents.coa_runner import Rollout
     from coa_lab.config import get_preset
-    from coa_lab.models import load_model
-    from coa_lab.rl.trainer import policy_update
+    from coa_lab.generation.models import load_model
+    from coa_lab.rl.update import policy_update
 
     preset = get_preset("gpu-3b-qlora", model={"name": str(model_dir), "use_unsloth": False, "load_in_4bit": four_bit})
     model, tok = load_model(preset.model, trainable=True)
@@ -127,7 +127,8 @@ def dapo_run(model_dir: Path, prompt_len: int, response_len: int, four_bit: bool
 def generation_run(model, tok, batch: int = 8, new_tokens: int = 256) -> dict:
     import torch
 
-    from coa_lab.llm import HFGenerator, chat_prompt_ids
+    from coa_lab.generation.chat_prompt import chat_prompt_ids
+    from coa_lab.generation.hf_generator import HFGenerator
 
     gen = HFGenerator(model, tok, batch_size=batch)
     prompts = [chat_prompt_ids(tok, [{"role": "user", "content": f"Question {i}: what is {i} + {i}?"}]) for i in range(batch)]

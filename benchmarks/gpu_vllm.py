@@ -10,8 +10,8 @@ Qwen2.5-3B architecture with random weights (speed does not depend on them; the 
 hub), with a LoRA adapter of the gpu-3b-qlora preset's rank on every linear layer.
 
 1. Rollout throughput, the same prompts and the same model + adapter, in one process:
-   coa_lab.llm.HFGenerator (transformers + the lab's cache-keeping decoder) and then
-   coa_lab.llm.VLLMGenerator, each sampling --new-tokens per prompt at temperature 1.0.
+   coa_lab.generation.hf_generator.HFGenerator (transformers + the lab's cache-keeping decoder) and then
+   coa_lab.generation.vllm_engine.VLLMGenerator, each sampling --new-tokens per prompt at temperature 1.0.
    tokens/s counts the tokens each produced; the ratio is the issue's >= 10x check.
 2. One RL step with gen.backend="vllm": coa_lab.rl.trainer.train_rl samples from the
    in-process engine (gen.vllm_memory_fraction of the GPU), computes the DAPO update of the
@@ -38,7 +38,7 @@ LORA_R = 64  # the gpu-3b-qlora preset's
 def prompts_for(tokenizer, n: int) -> list[list[int]]:
     """The lab's own rollout prompts (the CoA system prompt and a math question per row)."""
     from coa_lab.agents.coa_runner import task_messages
-    from coa_lab.llm import chat_prompt_ids
+    from coa_lab.generation.chat_prompt import chat_prompt_ids
 
     return [chat_prompt_ids(tokenizer, task_messages("math", f"What is {1000 + 37 * i} * {17 + i}?", ["code"]))
             for i in range(n)]
@@ -58,8 +58,9 @@ def throughput(model_dir: Path, adapter: Path, tokenizer, n: int, new_tokens: in
     import torch
 
     from coa_lab.config import ModelConfig
-    from coa_lab.llm import HFGenerator, VLLMGenerator
-    from coa_lab.models import load_model
+    from coa_lab.generation.hf_generator import HFGenerator
+    from coa_lab.generation.models import load_model
+    from coa_lab.generation.vllm_engine import VLLMGenerator
 
     prompts = prompts_for(tokenizer, n)
     cfg = ModelConfig(name=str(model_dir), dtype="bfloat16", lora_r=LORA_R, lora_alpha=2 * LORA_R)
@@ -134,7 +135,7 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(model_dir)
 
     from coa_lab.config import ModelConfig
-    from coa_lab.models import load_model
+    from coa_lab.generation.models import load_model
 
     adapter = args.out / "adapter"
     policy, _ = load_model(ModelConfig(name=str(model_dir), dtype="bfloat16", lora_r=LORA_R, lora_alpha=2 * LORA_R),

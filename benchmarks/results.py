@@ -1,20 +1,29 @@
 """What the benchmarks share: where they write what they measured (runs/bench/<name>.json,
-under COA_LAB_RUNS if set) and which of the demo's outputs they reuse."""
+under COA_LAB_RUNS if set; with COA_LAB_PUBLISH=1, as `make bench` sets it, also the committed
+docs/results/<name>.json the README's figures link to) and which of the demo's outputs they reuse."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 from coa_lab.paths import runs_dir
+from coa_lab.published import provenance, publish
 
 
 def save(name: str, result: dict) -> Path:
     print(f"machine: {result['machine']}")
     out = runs_dir() / "bench" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    result = {**result, "provenance": provenance(result["machine"])}  # date, commit, probe beside the figures
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
+    if os.environ.get("COA_LAB_PUBLISH") == "1":  # `make bench`: the figures the README links to
+        script = Path(sys.argv[0]).name
+        args = " ".join(sys.argv[1:])
+        print(f"published {publish(name, result, f'benchmarks/{script} {args}'.strip(), result['machine'])}")
     return out
 
 

@@ -57,7 +57,7 @@ def rollout_behaviour(records) -> dict:
 def masking_ablation(preset: Preset, records: list, eval_tasks: dict[str, list], tools, out_dir: str | Path) -> dict:
     """Train one SFT student per arm of MASKING_ARMS on `records` and evaluate each on `eval_tasks`."""
     from coa_lab.evaluate import evaluate, save_eval
-    from coa_lab.llm import make_generator
+    from coa_lab.generation.llm import make_generator
     from coa_lab.sft import train_sft
 
     out_dir = Path(out_dir)

@@ -53,8 +53,8 @@ def _expected(exc: BaseException) -> bool:
     if isinstance(exc, (ValueError, OSError, ImportError)):
         return True  # decided without importing torch (`coa-lab plan` runs without it)
     from coa_lab.agents.capture import CaptureError
-    from coa_lab.http_client import BackendError
-    from coa_lab.models import ModelLoadError
+    from coa_lab.generation.http_client import BackendError
+    from coa_lab.generation.models import ModelLoadError
     from coa_lab.tools.sandbox import SandboxUnavailableError
 
     return isinstance(exc, (ModelLoadError, CaptureError, BackendError, SandboxUnavailableError))
@@ -140,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="per-GPU memory and time per step of a preset (estimates; docs/scaling.md)", parents=[common])
     p.add_argument("--preset", default="gpu-3b-qlora", choices=sorted(PRESETS))
     p.add_argument("--gpus", type=int, default=1, help="GPUs in the job (data parallel / sharded)")
-    p.add_argument("--gpu", default="H100", help="H100, H200, A100 or L4 (coa_lab.step_time.GPUS)")
+    p.add_argument("--gpu", default="H100", help="H100, H200, A100 or L4 (coa_lab.planning.step_time.GPUS)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--calibration", action="store_true",
@@ -155,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args) -> int:
     if args.command == "exec":
-        from coa_lab.tools.sandbox import exec_main
+        from coa_lab.tools.code_tool import exec_main
 
         return exec_main(args.rest)
     if args.command == "data":
@@ -171,7 +171,7 @@ def _run(args) -> int:
             raise SystemExit("coa-lab eval --policy gold needs --suite PATH")
         return gold_main(["--suite", args.suite, "--workers", str(args.workers)])
     if args.command == "serve":
-        from coa_lab.serve import serve_main
+        from coa_lab.generation.serve import serve_main
 
         return serve_main(args)
     if args.command == "plan":
@@ -238,7 +238,7 @@ def _run_folder_preset(run: Path, name: str | None, overrides: dict, change: boo
 
 def _plan(args) -> int:
     """`coa-lab plan`: arithmetic only (no torch, no model download), so it runs anywhere."""
-    from coa_lab import plan_report
+    from coa_lab.planning import plan_report
 
     assumptions = {k: getattr(args, k) for k in ("mfu", "update_mfu", "bandwidth_efficiency", "response_fraction")
                    if getattr(args, k) is not None}
@@ -265,7 +265,7 @@ def _eval_suite(args, preset) -> int:
     import dataclasses
 
     from coa_lab.evaluate import evaluate_target
-    from coa_lab.models import ModelLoadError
+    from coa_lab.generation.models import ModelLoadError
     from coa_lab.tasks.records import DatasetError
 
     if args.model:

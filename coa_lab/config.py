@@ -32,7 +32,7 @@ class ModelConfig:
 
 @dataclass
 class GenerationConfig:
-    # "hf" (coa_lab.decoding over any transformers model), "vllm" (an in-process engine on this
+    # "hf" (coa_lab.generation.decoding over any transformers model), "vllm" (an in-process engine on this
     # GPU; GPU extra) or "vllm-server" (a separate `vllm serve` at server_url, e.g. its own node
     # with tensor parallelism; RL pushes each new LoRA adapter to it; docs/scaling.md)
     backend: str = "hf"

@@ -11,7 +11,7 @@ on a laptop).
 SFT needs nothing more: transformers' Trainer shards the data and reduces the gradient
 (DDP), or hands the model to FSDP / DeepSpeed, from the launcher's config. RL's loop is the
 lab's own, and its data parallelism is three collective calls, in plain sight in
-rl/trainer.py:
+rl/trainer.py and rl/update.py:
 
 1. the step's prompts are drawn identically on every rank (same seed, same task stream);
    each rank rolls out its share of the rows and `gather_rows` hands everyone the whole

@@ -154,7 +154,7 @@ def evaluate_target(preset: Preset, target: str, adapter: str | Path | None = No
     any task file the loaders read, a folder of them, a suite or a "suite/benchmark"."""
     import random
 
-    from coa_lab.llm import make_generator
+    from coa_lab.generation.llm import make_generator
     from coa_lab.paths import DATASETS_DIR
     from coa_lab.tasks.inspect import task_files
     from coa_lab.tasks.loaders import load_tasks

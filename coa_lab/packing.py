@@ -13,7 +13,7 @@ along each sequence, so every sequence gets the hidden states of its own padded 
     mask:  answer B's tokens see the prompt and answer B, never answer A
 
 Only attention implementations that take an arbitrary 4D mask can do this (sdpa, eager, and
-the lab's CPU sdpa in coa_lab/cpu_attention.py); `supported(model)` says whether a model's
+the lab's CPU sdpa in coa_lab/generation/cpu_attention.py); `supported(model)` says whether a model's
 does, and the callers fall back to padded batches where it does not (flash-attention). A
 masked attention still computes every (query, key) pair of the row, so on CPU the lab's
 attention takes the row's `segments` instead and runs each sequence's own block against its
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from coa_lab.cpu_attention import NAME as CPU_SDPA
-from coa_lab.decoding import common_prefix
+from coa_lab.generation.cpu_attention import NAME as CPU_SDPA
+from coa_lab.generation.decoding import common_prefix
 
 _MASK_KINDS = {"sdpa": "bool", CPU_SDPA: "bool", "eager": "additive"}
 

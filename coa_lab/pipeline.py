@@ -19,7 +19,7 @@ from pathlib import Path
 
 from coa_lab import distributed
 from coa_lab.config import Preset
-from coa_lab.llm import make_generator
+from coa_lab.generation.llm import make_generator
 
 STAGES = ("capture", "distill", "sft", "rl", "eval")
 
@@ -38,7 +38,7 @@ def _read_json(path: Path):
 def draw_tasks(preset: Preset, mix: dict[str, int], split: str, skip: dict[str, int] | None = None) -> list:
     """Tasks for a mix {"suite/benchmark": n} from a split, each benchmark in a seeded order;
     `skip` = the same kind of mix, tasks already used by an earlier stage (capture before RL)."""
-    from coa_lab.tasks.loaders import load_suite
+    from coa_lab.tasks.suites import load_suite
 
     out = []
     for key, n in mix.items():
@@ -110,7 +110,7 @@ def distill(preset: Preset, run: Path) -> dict:
     from coa_lab.distill.convert import run_to_coa
     from coa_lab.distill.filters import progressive_filter
     from coa_lab.distill.importers import load_imported
-    from coa_lab.models import load_tokenizer
+    from coa_lab.generation.models import load_tokenizer
     from coa_lab.paths import DATASETS_DIR
     from coa_lab.tasks.records import Task
     from coa_lab.trajectories import TrajectoryRecord, save_records
@@ -173,8 +173,9 @@ def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
 def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False) -> dict:
     """Pool screening, then DAPO. `reuse_pool`: train on the screening already in rl/pool.json
     (benchmarks/bench_rl_seeds.py screens once and varies only RL's own randomness after)."""
+    from coa_lab.rl.checkpoint import latest_rl_checkpoint
     from coa_lab.rl.pool import PoolReport, select_pool
-    from coa_lab.rl.trainer import latest_rl_checkpoint, rl_seed, train_rl
+    from coa_lab.rl.trainer import rl_seed, train_rl
 
     t0 = time.time()
     # Under `accelerate launch` every rank runs this stage: they screen the pool together
@@ -271,7 +272,7 @@ def machine_peak(preset: Preset) -> dict:
 
     import torch
 
-    from coa_lab.models import cpu_autocast_enabled
+    from coa_lab.generation.models import cpu_autocast_enabled
 
     def gflops(dtype) -> float:
         a, b = torch.randn(512, 512, dtype=dtype), torch.randn(512, 512, dtype=dtype)

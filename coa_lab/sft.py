@@ -229,7 +229,7 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
     import torch
 
     from coa_lab import distributed
-    from coa_lab.models import cpu_autocast_enabled, load_model
+    from coa_lab.generation.models import cpu_autocast_enabled, load_model
 
     if not records:
         raise ValueError("no trajectories to train on: distillation kept none (see the filter report)")

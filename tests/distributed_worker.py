@@ -54,7 +54,7 @@ def run_sft(out: Path, records: Path, accum: int, resume: bool) -> None:
 
 
 def run_rl(out: Path, steps: int, resume: bool) -> None:
-    from coa_lab.llm import Generation
+    from coa_lab.generation.result import Generation
     from coa_lab.rl.trainer import train_rl
     from coa_lab.tasks.records import Task
     from coa_lab.tools.registry import build_tools

@@ -16,7 +16,7 @@ from coa_lab.prompts import EXAMPLES, coa_system_prompt
 from coa_lab.tasks import Task, load_suite
 from coa_lab.tasks.afm_format import save_afm_parquet, to_afm_rows
 from coa_lab.tasks.loaders import load_tasks
-from coa_lab.viz import trajectory_html
+from coa_lab.viz.trajectory import trajectory_html
 
 SHARED_AFM = Path("/work/shared/datasets/afm_benchmarks")
 SHIPPED_PARQUETS = sorted(DATASETS_DIR.rglob("*.parquet"))

@@ -14,9 +14,9 @@ import pytest
 from coa_lab.agents.capture import CaptureError, capture_runs, lockstep_batches, read_traces
 from coa_lab.agents.teacher import TeacherRun
 from coa_lab.config import CaptureConfig
-from coa_lab.llm import Generation
-from coa_lab.openai_backend import AuthError, BackendError, OpenAIChatBackend
-from coa_lab.stub_teacher import REPLIES, serve_in_thread, stub_app
+from coa_lab.generation.openai_backend import AuthError, BackendError, OpenAIChatBackend
+from coa_lab.generation.result import Generation
+from coa_lab.generation.stub_teacher import REPLIES, serve_in_thread, stub_app
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 
@@ -185,7 +185,7 @@ def test_sigkill_mid_capture_then_resume_gives_every_task_exactly_once(tmp_path)
 def test_in_process_teacher_capture_flushes_each_lockstep_batch(tmp_path):
     """The local embedded model as the teacher: lockstep batches, each agent its own context."""
     from coa_lab.config import get_preset
-    from coa_lab.llm import make_generator
+    from coa_lab.generation.llm import make_generator
 
     preset = get_preset("cpu-smoke")
     backend = make_generator(preset, keep_prefixes=True)  # as make_teacher builds it

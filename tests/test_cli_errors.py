@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from coa_lab.stub_teacher import serve_in_thread
+from coa_lab.generation.stub_teacher import serve_in_thread
 
 
 def cli(*args, env=None, timeout=300):

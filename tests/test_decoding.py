@@ -1,12 +1,13 @@
-"""The cache-keeping multi-turn decoder (coa_lab.decoding) against transformers itself."""
+"""The cache-keeping multi-turn decoder (coa_lab.generation.decoding) against transformers itself."""
 
 import pytest
 import torch
 
 from coa_lab.config import ModelConfig
-from coa_lab.decoding import _sample, decode
-from coa_lab.llm import HFGenerator, chat_prompt_ids
-from coa_lab.models import load_model
+from coa_lab.generation.chat_prompt import chat_prompt_ids
+from coa_lab.generation.decoding import _sample, decode
+from coa_lab.generation.hf_generator import HFGenerator
+from coa_lab.generation.models import load_model
 
 pytestmark = pytest.mark.model
 
@@ -113,7 +114,7 @@ def test_top_p_sampling_never_picks_outside_the_nucleus():
 
 
 def test_lora_is_merged_only_while_decoding(model_tok):
-    from coa_lab.models import add_lora
+    from coa_lab.generation.models import add_lora
 
     model, tok = load_model(ModelConfig())
     model = add_lora(model, ModelConfig())
@@ -138,7 +139,7 @@ def test_lora_is_merged_only_while_decoding(model_tok):
 
 
 def test_shared_prefix_groups_split_sorted_prompts():
-    from coa_lab.decoding import shared_prefix_groups
+    from coa_lab.generation.decoding import shared_prefix_groups
 
     a = list(range(100))
     prompts = sorted([a + [1, 2], a + [1, 3, 4], a[:60] + [7], [5, 6, 7]])
@@ -151,7 +152,7 @@ def test_groups_keep_worked_examples_shared_not_just_the_instruction():
     """Team prompts: one instruction (50 tokens) for all, then one of three worked-example
     blocks (250 tokens), then the task (10 tokens). One group sharing only the instruction
     would leave 260-token suffixes on every row; the cost-based cut groups by examples."""
-    from coa_lab.decoding import shared_prefix_groups
+    from coa_lab.generation.decoding import shared_prefix_groups
 
     instruction = list(range(50))
     blocks = [[1000 + 300 * b + i for i in range(250)] for b in range(3)]
@@ -162,7 +163,7 @@ def test_groups_keep_worked_examples_shared_not_just_the_instruction():
 
 
 def test_prompts_sharing_nothing_long_are_not_grouped():
-    from coa_lab.decoding import shared_prefix_groups
+    from coa_lab.generation.decoding import shared_prefix_groups
 
     prompts = sorted([[t] + list(range(100, 140)) for t in range(5)])
     assert shared_prefix_groups(prompts, min_shared=48) == [(1, 40)] * 5

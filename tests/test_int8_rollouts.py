@@ -8,10 +8,10 @@ import torch
 
 from coa_lab.agents.coa_runner import run_coa
 from coa_lab.config import get_preset
-from coa_lab.models import load_model
+from coa_lab.generation.models import load_model
 from coa_lab.rl import dapo
 from coa_lab.rl.int8_rollouts import Int8Rollouts, int8_copy
-from coa_lab.rl.trainer import policy_update
+from coa_lab.rl.update import policy_update
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 

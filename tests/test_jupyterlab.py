@@ -21,8 +21,8 @@ import httpx
 import nbformat
 import pytest
 
+from coa_lab.generation.stub_teacher import free_port
 from coa_lab.paths import PROJECT_ROOT, runs_dir
-from coa_lab.stub_teacher import free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NOTEBOOK = "06_scaling.ipynb"  # no model, seconds: the test is about the server and the page, not the lesson

@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from coa_lab.kv_cache import GrowingCache, GrowingLayer  # noqa: E402
+from coa_lab.generation.kv_cache import GrowingCache, GrowingLayer  # noqa: E402
 
 
 def _kv(rows, t, seed):
@@ -96,7 +96,7 @@ def test_decode_attention_reads_the_cache_view_with_grouped_heads_exactly():
     repeated KV heads) against a plain reference that repeats them and softmaxes."""
     from types import SimpleNamespace
 
-    from coa_lab.cpu_attention import sdpa_gqa_attention
+    from coa_lab.generation.cpu_attention import sdpa_gqa_attention
 
     layer = GrowingLayer()
     layer.update(*_kv(4, 30, 0))

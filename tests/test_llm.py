@@ -3,10 +3,11 @@ multi-turn decoder: tests/test_decoding.py.)"""
 
 import pytest
 
-from coa_lab.llm import HFGenerator, chat_prompt_ids
-from coa_lab.openai_backend import OpenAIChatBackend
-from coa_lab.models import load_model, load_tokenizer
 from coa_lab.config import ModelConfig
+from coa_lab.generation.chat_prompt import chat_prompt_ids
+from coa_lab.generation.hf_generator import HFGenerator
+from coa_lab.generation.models import load_model, load_tokenizer
+from coa_lab.generation.openai_backend import OpenAIChatBackend
 
 pytestmark = pytest.mark.model
 
@@ -78,8 +79,8 @@ def test_openai_backend_talks_to_a_local_server(monkeypatch):
 
 def test_make_generator_follows_the_preset_backend():
     from coa_lab.config import get_preset
-    from coa_lab.llm import make_generator
-    from coa_lab.models import ModelLoadError
+    from coa_lab.generation.llm import make_generator
+    from coa_lab.generation.models import ModelLoadError
 
     gen = make_generator(get_preset("cpu-smoke"))
     assert isinstance(gen, HFGenerator) and gen.compute is not None  # bf16 autocast on CPU

@@ -1,4 +1,5 @@
-"""coa_lab/memory_plan.py, step_time.py and plan_report.py against hand-computed values, the real model's counts and the H100 runs."""
+"""coa_lab/planning/memory_plan.py, step_time.py and plan_report.py against hand-computed values, the real
+model's counts and the H100 runs."""
 
 import json
 import subprocess
@@ -8,9 +9,11 @@ import pytest
 
 from coa_lab.cli import main
 from coa_lab.config import get_preset
-from coa_lab.memory_plan import GIB, MEMORY_MARGIN, ModelShape, fit_verdict, lora_params, plan, qwen2_biases, shape_of
-from coa_lab.plan_report import MEMORY_RATIO_RANGE, SFT_TOKENS_PER_S_ERROR, UPDATE_SECONDS_ERROR, VALIDATION_JSON, calibration
-from coa_lab.step_time import GPUS, GPUSpec, attention_flops, gpu_spec, matmul_params, step_time, train_flops
+from coa_lab.planning.memory_plan import (GIB, MEMORY_MARGIN, ModelShape, fit_verdict, lora_params, plan, qwen2_biases,
+                                          shape_of)
+from coa_lab.planning.plan_report import (MEMORY_RATIO_RANGE, SFT_TOKENS_PER_S_ERROR, UPDATE_SECONDS_ERROR,
+                                          VALIDATION_JSON, calibration)
+from coa_lab.planning.step_time import GPUS, GPUSpec, attention_flops, gpu_spec, matmul_params, step_time, train_flops
 
 TOY = ModelShape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10, tied=True)
 
@@ -45,7 +48,7 @@ def test_unknown_model_is_a_clear_error():
 
 @pytest.mark.model
 def test_embedded_shape_matches_the_real_model_and_its_lora():
-    from coa_lab.models import load_model
+    from coa_lab.generation.models import load_model
 
     preset = get_preset("cpu-tiny")
     shape = shape_of(preset.model.name)

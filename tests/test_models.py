@@ -3,7 +3,7 @@
 import pytest
 
 from coa_lab.config import ModelConfig
-from coa_lab.models import ModelLoadError, embedded_model_dir, load_model, load_tokenizer, require
+from coa_lab.generation.models import ModelLoadError, embedded_model_dir, load_model, load_tokenizer, require
 
 pytestmark = pytest.mark.model
 
@@ -55,7 +55,7 @@ def test_a_full_fine_tune_output_becomes_the_base_for_a_lora(tmp_path):
     eval then load it as the base and put their LoRA on top (docs/scaling.md)."""
     import torch
 
-    from coa_lab.models import is_full_model_dir
+    from coa_lab.generation.models import is_full_model_dir
 
     full, tok = load_model(ModelConfig(lora_r=0), trainable=True)
     with torch.no_grad():

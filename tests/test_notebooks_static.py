@@ -71,7 +71,7 @@ def test_notebook_is_valid_and_clean(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_embedded_figures_exist_with_the_numbers_they_plot(path):
     # a reader on a code host sees results without running: each figure a full run wrote, beside
-    # the JSON of what it plots, when, and at which commit (coa_lab.viz.save_figure)
+    # the JSON of what it plots, when, and at which commit (coa_lab.viz.plots.save_figure)
     nb = nbformat.read(path, as_version=4)
     markdown = "\n".join("".join(c.source) for c in nb.cells if c.cell_type == "markdown")
     code = "\n".join("".join(c.source) for c in nb.cells if c.cell_type == "code")

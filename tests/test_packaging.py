@@ -31,8 +31,10 @@ def test_gpu_packages_stay_in_the_gpu_extra():
 def test_cpu_path_imports_no_gpu_package():
     code = (
         "import sys\n"
-        "import coa_lab.pipeline, coa_lab.sft, coa_lab.rl.trainer, coa_lab.evaluate, coa_lab.llm, coa_lab.models\n"
-        "import coa_lab.agents.teacher, coa_lab.distill.filters, coa_lab.tools.registry, coa_lab.viz, coa_lab.cli\n"
+        "import coa_lab.pipeline, coa_lab.sft, coa_lab.rl.trainer, coa_lab.evaluate, coa_lab.cli\n"
+        "import coa_lab.generation.llm, coa_lab.generation.models\n"
+        "import coa_lab.agents.teacher, coa_lab.distill.filters, coa_lab.tools.registry\n"
+        "import coa_lab.viz.trajectory, coa_lab.viz.browser, coa_lab.viz.sft_mask, coa_lab.viz.plots\n"
         "bad = [m for m in ('unsloth', 'vllm', 'bitsandbytes', 'trl') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -15,7 +15,7 @@ from coa_lab.rl.dapo import token_logprobs
 def _tiny(attn: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from coa_lab.cpu_attention import use_native_gqa
+    from coa_lab.generation.cpu_attention import use_native_gqa
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=60, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
@@ -71,7 +71,7 @@ def test_shared_prefix_is_laid_out_once():
 
 def test_cpu_attention_runs_block_by_block(monkeypatch):
     """On the lab's CPU attention the packed forward never computes the row's full mask."""
-    from coa_lab import cpu_attention
+    from coa_lab.generation import cpu_attention
 
     calls = []
     real = cpu_attention.segment_attention

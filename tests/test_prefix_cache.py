@@ -1,10 +1,10 @@
-"""Shared prompt prefixes kept across decode calls (coa_lab/prefix_cache.py): the cache's own
+"""Shared prompt prefixes kept across decode calls (coa_lab/generation/prefix_cache.py): the cache's own
 rules, and the decoder reusing a prefix with the same greedy output as a fresh prefill."""
 
 import pytest
 import torch
 
-from coa_lab.prefix_cache import PrefixCache
+from coa_lab.generation.prefix_cache import PrefixCache
 
 
 def _layers(n, value=0.0):
@@ -55,8 +55,9 @@ def test_entries_are_dropped_when_the_weights_change():
 @pytest.mark.model
 def test_a_prefix_from_an_earlier_call_is_not_prefilled_again_and_output_is_unchanged():
     from coa_lab.config import ModelConfig
-    from coa_lab.llm import HFGenerator, chat_prompt_ids
-    from coa_lab.models import load_model
+    from coa_lab.generation.chat_prompt import chat_prompt_ids
+    from coa_lab.generation.hf_generator import HFGenerator
+    from coa_lab.generation.models import load_model
 
     model, tok = load_model(ModelConfig())
     system = "You are the thinker of a team. " + "Read the task, say what to compute, keep it short. " * 8

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from coa_lab import protocol
 from coa_lab.distill.importers import ImportedTrajectory, detect_trajectory_format, import_file, import_r1searcher
 from coa_lab.paths import DATASETS_DIR
-from coa_lab.viz import trajectory_html
+from coa_lab.viz.trajectory import trajectory_html
 
 SHIPPED = DATASETS_DIR / "trajectories" / "r1searcher_hotpotqa_qwen.jsonl"
 ORIGINALS = Path("/work/shared/datasets/trajectories/r1searcher_trajectories")

@@ -99,7 +99,7 @@ RL_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys
     from pathlib import Path
     from coa_lab.config import get_preset
-    from coa_lab.llm import Generation
+    from coa_lab.generation.result import Generation
     from coa_lab.rl.trainer import train_rl
     from coa_lab.tasks.records import Task
     from coa_lab.tools.registry import build_tools

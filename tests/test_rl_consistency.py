@@ -11,10 +11,13 @@ import torch
 from coa_lab import packing
 from coa_lab.agents.coa_runner import run_coa
 from coa_lab.config import get_preset
-from coa_lab.llm import Generation, HFGenerator
-from coa_lab.models import load_model
-from coa_lab.rl import dapo, trainer
-from coa_lab.rl.trainer import collect_batch, policy_update, train_rl
+from coa_lab.generation.hf_generator import HFGenerator
+from coa_lab.generation.models import load_model
+from coa_lab.generation.result import Generation
+from coa_lab.rl import dapo, update
+from coa_lab.rl.rollouts import collect_batch
+from coa_lab.rl.trainer import train_rl
+from coa_lab.rl.update import policy_update
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 from coa_lab.trajectories import load_records
@@ -157,7 +160,7 @@ def test_old_logprobs_are_the_pre_update_policys_values(policy, sampled, monkeyp
     groups, rewards = [sampled[:2], sampled[2:]], [[1.0, 0.0], [0.0, 1.0]]
     # mini-batch 0 trains group 0, mini-batch 1 group 1: group 1's old log-probs must be taken
     # BEFORE mini-batch 0's optimizer step moved the weights
-    monkeypatch.setattr(trainer, "_micro_batches", lambda groups_, n: [[[0, 1]], [[2, 3]]])
+    monkeypatch.setattr(update, "_micro_batches", lambda groups_, n: [[[0, 1]], [[2, 3]]])
     seen = []
     real = dapo.dapo_token_loss
 

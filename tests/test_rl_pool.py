@@ -4,7 +4,7 @@ solves sometimes but not always)."""
 import pytest
 
 from coa_lab.config import get_preset
-from coa_lab.llm import Generation
+from coa_lab.generation.result import Generation
 from coa_lab.rl.pool import anchor_stream, keep_by_pass_rate, select_pool, template_of
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
@@ -73,7 +73,7 @@ class KnownSkill:
 
 @pytest.mark.model
 def test_select_pool_samples_each_candidate_and_keeps_mixed_ones():
-    from coa_lab.models import load_tokenizer
+    from coa_lab.generation.models import load_tokenizer
 
     preset = get_preset("cpu-smoke")
     tok = load_tokenizer(preset.model.name)

@@ -62,7 +62,7 @@ def test_reference_weights_are_swapped_in_and_back():
 
 @pytest.mark.model
 def test_kl_to_sft_is_zero_at_the_first_update_then_grows_and_survives_resume(tmp_path):
-    from coa_lab.llm import Generation
+    from coa_lab.generation.result import Generation
     from coa_lab.rl.trainer import train_rl
     from coa_lab.tasks.records import Task
     from coa_lab.tools.registry import build_tools

@@ -9,10 +9,13 @@ import torch
 
 from coa_lab.agents.coa_runner import run_coa
 from coa_lab.config import get_preset
-from coa_lab.llm import Generation
-from coa_lab.models import load_model
+from coa_lab.evaluate import evaluate
+from coa_lab.generation.models import load_model
+from coa_lab.generation.result import Generation
 from coa_lab.rl import dapo
-from coa_lab.rl.trainer import collect_batch, policy_update, score_rollouts, train_rl
+from coa_lab.rl.rollouts import collect_batch, score_rollouts
+from coa_lab.rl.trainer import train_rl
+from coa_lab.rl.update import policy_update
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 from coa_lab.trajectories import load_records
@@ -167,7 +170,7 @@ def test_packed_update_equals_padded_update(monkeypatch):
 
 
 def test_mini_batches_are_whole_groups_and_micro_batches_one_groups_rollouts():
-    from coa_lab.rl.trainer import MICRO_BATCH, _micro_batches
+    from coa_lab.rl.update import MICRO_BATCH, _micro_batches
 
     groups = [["a"] * 4, ["b"] * 6, ["c"] * 4]  # rollout indices 0-3, 4-9, 10-13
     mbs = _micro_batches(groups, 2)
@@ -232,3 +235,18 @@ def test_without_dynamic_sampling_an_all_wrong_group_is_trained_on_and_wasted(tm
     row = train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory).metrics[0]
     assert row["kept_groups"] == 1 and row["accuracy"] == 0.0
     assert row["signal_rollouts"] == 0 and row["loss"] == 0.0
+
+
+def test_the_trainer_rewards_exactly_what_evaluation_scores(model_and_tok):
+    """One scorer for eval and reward, through each stage's own code path (answer extraction
+    included): the same rollouts get the same numbers from RL's score_rollouts and evaluate()."""
+    _, tok = model_and_tok
+    outputs = ["<answer>\\boxed{2}</answer>", "<answer>2</answer>", "<answer>\\boxed{3}</answer>",
+               "The answer is 2.", "<answer>2|4</answer>", "<answer>\\boxed{2.0}</answer>"]
+    preset = get_preset("cpu-smoke")
+    tasks = [TASKS[0]] * len(outputs)
+    rollouts = run_coa(Alternating(tok, outputs), tasks, build_tools(["code"]), preset.gen)
+    trainer, _ = score_rollouts(rollouts, preset.gen.max_response_tokens, preset.rl.overlong_buffer)
+    evaluated = evaluate(Alternating(tok, outputs), {"math/test": tasks}, build_tools(["code"]), preset)
+    assert trainer == [r.reward for r in evaluated.records]
+    assert 0.0 in trainer and 1.0 in trainer  # both outcomes occur: the comparison can fail

@@ -23,7 +23,8 @@ import pytest
 
 from coa_lab.paths import PROJECT_ROOT
 from coa_lab.tools import sandbox
-from coa_lab.tools.sandbox import CodeTool, SandboxUnavailableError, exec_main, extract_code, run_python
+from coa_lab.tools.code_tool import CodeTool, exec_main, extract_code
+from coa_lab.tools.sandbox import SandboxUnavailableError, run_python
 
 needs_bwrap = pytest.mark.skipif(not sandbox.sandbox_available(),
                                  reason="bubblewrap (bwrap) missing or not working here; apt-get install bubblewrap")

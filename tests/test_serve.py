@@ -12,10 +12,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from coa_lab.llm import Generation
-from coa_lab.models import load_tokenizer
-from coa_lab.serve import BatchingEngine, _Job, create_app, resolve_served
-from coa_lab.stub_teacher import free_port
+from coa_lab.generation.models import load_tokenizer
+from coa_lab.generation.result import Generation
+from coa_lab.generation.serve import create_app, resolve_served
+from coa_lab.generation.serve_batching import BatchingEngine, Job
+from coa_lab.generation.stub_teacher import free_port
 
 
 class FakeGenerator:
@@ -110,7 +111,7 @@ def test_api_key_is_required_when_configured(tok, monkeypatch):
 def test_engine_batches_requests_that_arrive_together_and_splits_by_settings(tok):
     gen = FakeGenerator(tok)
     engine = BatchingEngine(gen, max_batch=8, wait_s=0.2)
-    jobs = [_Job([1, 2, 3], 4, 0.0, 1.0, ()) for _ in range(5)] + [_Job([1, 2], 4, 0.9, 1.0, ())]
+    jobs = [Job([1, 2, 3], 4, 0.0, 1.0, ()) for _ in range(5)] + [Job([1, 2], 4, 0.9, 1.0, ())]
     futures = [engine.submit(j) for j in jobs]
     assert all(len(f.result(timeout=30).token_ids) == 4 for f in futures)
     assert sorted(c[0] for c in gen.calls) == [1, 5]  # one batch per sampling setting

@@ -89,7 +89,7 @@ def test_packed_loss_equals_padded_loss_and_gradients(attn):
     from coa_lab.sft import pack_batch, pad_batch
 
     torch.manual_seed(0)
-    from coa_lab.cpu_attention import use_native_gqa
+    from coa_lab.generation.cpu_attention import use_native_gqa
 
     model = LlamaForCausalLM(LlamaConfig(vocab_size=60, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                                          num_attention_heads=2, num_key_value_heads=1,

@@ -22,7 +22,7 @@ MESSAGES = [{"role": "system", "content": "You are a CoA agent."}, {"role": "use
 
 @pytest.fixture(scope="module")
 def tok():
-    from coa_lab.models import load_tokenizer
+    from coa_lab.generation.models import load_tokenizer
 
     return load_tokenizer("embedded")
 

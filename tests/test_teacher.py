@@ -6,7 +6,7 @@ from coa_lab import protocol
 from coa_lab.agents.teacher import TeacherRun, extract_tool_input, load_runs, run_teacher, save_runs
 from coa_lab.config import CaptureConfig
 from coa_lab.distill.convert import run_to_coa
-from coa_lab.llm import Generation
+from coa_lab.generation.result import Generation
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 

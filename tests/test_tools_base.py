@@ -126,7 +126,7 @@ def test_build_tools_constructs_builtins(tmp_path) -> None:
 
 
 def test_code_backend_selection(monkeypatch) -> None:
-    from coa_lab.tools.sandbox import CodeTool, E2BCodeTool, make_code_tool
+    from coa_lab.tools.code_tool import CodeTool, E2BCodeTool, make_code_tool
 
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     assert isinstance(make_code_tool(), CodeTool)
@@ -141,14 +141,10 @@ def test_code_backend_selection(monkeypatch) -> None:
     assert isinstance(tool, E2BCodeTool) and tool.name == "code"
 
 
-def test_sandbox_module_reexports_code_tool_names() -> None:
-    """code_tool.py holds the tools and the CLI; the old sandbox imports keep working."""
+def test_code_tool_holds_the_tools_and_the_cli() -> None:
+    """code_tool.py holds the tools and the CLI; sandbox.py only runs code and imports nothing back."""
     from coa_lab.tools import code_tool, sandbox
-    from coa_lab.tools.sandbox import CodeTool, E2BCodeTool, exec_main, extract_code, make_code_tool
 
-    assert CodeTool is code_tool.CodeTool and E2BCodeTool is code_tool.E2BCodeTool
-    assert exec_main is code_tool.exec_main and make_code_tool is code_tool.make_code_tool
-    assert extract_code("```python\nprint(1)\n```") == "print(1)"
-    assert "CodeTool" in dir(sandbox) and callable(sandbox.run_python)
-    with pytest.raises(AttributeError):
-        sandbox.no_such_name  # noqa: B018
+    assert code_tool.extract_code("```python\nprint(1)\n```") == "print(1)" and callable(sandbox.run_python)
+    for name in ("CodeTool", "E2BCodeTool", "exec_main", "extract_code", "make_code_tool"):
+        assert hasattr(code_tool, name) and not hasattr(sandbox, name), name

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from coa_lab import protocol
 from coa_lab.agents.coa_runner import run_coa
 from coa_lab.config import GenerationConfig
-from coa_lab.llm import Generation
-from coa_lab.models import load_tokenizer
+from coa_lab.generation.models import load_tokenizer
+from coa_lab.generation.result import Generation
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import FunctionTool, ToolRegistry, build_tools
 from coa_lab.tools.sandbox import sandbox_available

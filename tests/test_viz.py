@@ -13,8 +13,11 @@ from coa_lab.distill.importers import load_imported
 from coa_lab.paths import DATASETS_DIR
 from coa_lab.protocol import block, wrap_observation
 from coa_lab.trajectories import TrajectoryRecord, save_records
-from coa_lab.viz import (MASKED_BADGE, ROLE_COLOURS, TrajectoryBrowser, mask_html, plot_curves,
-                         show_trajectory, trajectory_html)
+from coa_lab.viz.browser import TrajectoryBrowser
+from coa_lab.viz.plots import plot_curves
+from coa_lab.viz.sft_mask import mask_html
+from coa_lab.viz.style import ROLE_COLOURS
+from coa_lab.viz.trajectory import MASKED_BADGE, show_trajectory, trajectory_html
 
 TRAJ_DIR = DATASETS_DIR / "trajectories"
 REAL_FILES = ("fireact_hotpotqa_react.jsonl", "tora70b_gsm8k.jsonl")
@@ -210,7 +213,7 @@ def test_browser_from_paths_and_widget(tmp_path, real_records):
 
 
 def test_mask_html_marks_exactly_the_ignored_tokens(real_records):
-    from coa_lab.models import load_tokenizer
+    from coa_lab.generation.models import load_tokenizer
     from coa_lab.sft import IGNORE_INDEX, encode_example, record_messages
 
     tok = load_tokenizer("embedded")
@@ -226,7 +229,7 @@ def test_mask_html_marks_exactly_the_ignored_tokens(real_records):
 
 
 def test_mask_html_rejects_mismatched_lengths():
-    from coa_lab.models import load_tokenizer
+    from coa_lab.generation.models import load_tokenizer
 
     with pytest.raises(ValueError):
         mask_html(load_tokenizer("embedded"), [1, 2], [1])
@@ -242,7 +245,7 @@ def test_plot_curves():
 
 def test_team_run_html_shows_each_agent_with_its_context_tool_and_tokens():
     from coa_lab.agents.teacher import Activation, TeacherRun
-    from coa_lab.viz import team_run_html
+    from coa_lab.viz.trajectory import team_run_html
 
     run = TeacherRun("t1", "What is <6*7>?", "math", ["42"], [
         Activation("planner", [{"role": "system", "content": "You are the planner."}], "compute it", 12, 3),

@@ -1,4 +1,4 @@
-"""RL sampling from a separate vLLM server: coa_lab.llm.VLLMServerGenerator against `coa-lab
+"""RL sampling from a separate vLLM server: coa_lab.generation.vllm_server.VLLMServerGenerator against `coa-lab
 serve`, the lab's CPU stand-in for the part of vLLM's OpenAI server it uses (token-id
 completions, LoRA hot loading). First the stand-in's endpoints and the client's parsing on fake
 generators and a fake old vLLM; then the real command with the embedded model: greedy
@@ -27,11 +27,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from coa_lab.config import get_preset
-from coa_lab.llm import Generation, VLLMServerGenerator, chat_prompt_ids, rl_sampler
-from coa_lab.models import load_tokenizer
-from coa_lab.openai_backend import AuthError, BackendError
-from coa_lab.serve import BatchingEngine, _Job, create_app
-from coa_lab.stub_teacher import free_port, serve_in_thread
+from coa_lab.generation.chat_prompt import chat_prompt_ids
+from coa_lab.generation.llm import rl_sampler
+from coa_lab.generation.models import load_tokenizer
+from coa_lab.generation.openai_backend import AuthError, BackendError
+from coa_lab.generation.result import Generation
+from coa_lab.generation.serve import create_app
+from coa_lab.generation.serve_batching import BatchingEngine, Job
+from coa_lab.generation.stub_teacher import free_port, serve_in_thread
+from coa_lab.generation.vllm_server import VLLMServerGenerator
 
 ANSWER = "Paris. Then 3 more words"
 
@@ -174,7 +178,7 @@ def test_engine_decodes_one_adapter_per_batch_and_runs_calls_in_order(tok):
     gen, adapters = FakeGenerator(tok), FakeAdapters()
     engine = BatchingEngine(gen, max_batch=16, wait_s=0.2, adapters=adapters)
     names = ["a", None, "a", "b", None, "a"]
-    futures = [engine.submit(_Job([1, 2], 4, 0.0, 1.0, (), name)) for name in names]
+    futures = [engine.submit(Job([1, 2], 4, 0.0, 1.0, (), name)) for name in names]
     done = engine.call(lambda: [f.done() for f in futures])  # queued after the jobs: runs after them
     assert done.result(timeout=30) == [True] * len(names)
     batches = dict(zip(adapters.active_log, (c[0] for c in gen.calls)))
@@ -328,7 +332,7 @@ def test_the_in_process_engine_leaves_the_trainer_its_share_of_the_gpu(monkeypat
     """gen.backend="vllm" puts the engine on the training GPU: it is built with the preset's
     memory fraction (vLLM's default, 0.9, would leave the policy being trained no room), and a
     full fine-tune's output where an adapter would go becomes the engine's base model."""
-    import coa_lab.llm as llm
+    import coa_lab.generation.llm as llm
 
     built = []
 
@@ -361,7 +365,7 @@ def make_adapter(preset, folder):
     matrices (zeros) drawn from a fixed seed."""
     import torch
 
-    from coa_lab.models import load_model
+    from coa_lab.generation.models import load_model
 
     model, _ = load_model(preset.model, trainable=True)
     g = torch.Generator().manual_seed(0)
@@ -377,8 +381,8 @@ def make_adapter(preset, folder):
 def lab(tmp_path_factory):
     """`coa-lab serve` in a subprocess (LoRA endpoints on, an API key required, fp32 like the
     local references), and the local HFGenerators to compare with, loaded while it starts."""
-    from coa_lab.llm import HFGenerator
-    from coa_lab.models import load_model
+    from coa_lab.generation.hf_generator import HFGenerator
+    from coa_lab.generation.models import load_model
 
     key_env, key = "COA_TEST_VLLM_SERVER_KEY", f"sk-test-{uuid.uuid4().hex}"
     port, logs = free_port(), tmp_path_factory.mktemp("serve") / "serve.log"
@@ -533,8 +537,8 @@ def test_an_rl_run_samples_from_the_server_and_pushes_every_update(lab, tmp_path
     """train_rl with gen.backend="vllm-server": rollouts come from the server, and after each
     update the new adapter is saved, hot-loaded there, and older step folders are cleared. The
     server then samples exactly like the trained policy loaded locally."""
-    from coa_lab.llm import HFGenerator
-    from coa_lab.models import load_model
+    from coa_lab.generation.hf_generator import HFGenerator
+    from coa_lab.generation.models import load_model
     from coa_lab.rl.trainer import train_rl
     from coa_lab.tasks.records import Task
     from coa_lab.tools.registry import build_tools

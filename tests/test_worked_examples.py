@@ -9,7 +9,7 @@ import operator
 import pytest
 
 from coa_lab.agents.worked_examples import BANK, MATH, MHQA, nearest
-from coa_lab.tasks.loaders import load_suite
+from coa_lab.tasks.suites import load_suite
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 

@@ -186,8 +186,8 @@ def capture_runs(backend, tasks: list, tools, cfg: CaptureConfig, path: str | Pa
 def make_teacher(preset):
     """The preset's teacher backend: a remote OpenAI-compatible endpoint when
     `capture.teacher_url` is set, else a local model (the preset's or `capture.teacher_model`)."""
-    from coa_lab.llm import make_generator
-    from coa_lab.openai_backend import OpenAIChatBackend
+    from coa_lab.generation.llm import make_generator
+    from coa_lab.generation.openai_backend import OpenAIChatBackend
 
     c = preset.capture
     if c.teacher_url:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from coa_lab import protocol
 from coa_lab.config import GenerationConfig
-from coa_lab.llm import chat_prompt_ids
+from coa_lab.generation.chat_prompt import chat_prompt_ids
 from coa_lab.prompts import coa_system_prompt
 
 ALREADY_SEARCHED = "You already made this exact call; its result is above. Try something different."
@@ -74,7 +74,7 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
     bar = progress_bar(total=len(rollouts), desc=progress, unit="rollout", leave=False, disable=progress is None)
     env = _CoaTurns(rollouts, tools, cfg, tok, bar)
     if hasattr(generator, "multi_turn"):
-        # one pass that keeps each row's KV cache across tool turns (coa_lab.decoding)
+        # one pass that keeps each row's KV cache across tool turns (coa_lab.generation.decoding)
         generator.multi_turn([r.prompt_ids for r in rollouts], env.turns_ended, max_new_tokens=cfg.max_new_tokens,
                              max_response_tokens=cfg.max_response_tokens, temperature=temperature,
                              top_p=cfg.top_p, stop=stops)

@@ -13,7 +13,7 @@ runs as earlier chat turns (agents/worked_examples.py): the multi-agent system's
 engineering, which the distilled single model no longer needs. Runs advance in lockstep,
 one agent at a time across the tasks given, so each agent's turn is one batched generate
 call. The backend is anything with `.chat(conversations, max_new_tokens)`: the local HF
-model, vLLM, or an OpenAI-compatible server (coa_lab/openai_backend.py). Durable, resumable,
+model, vLLM, or an OpenAI-compatible server (coa_lab/generation/openai_backend.py). Durable, resumable,
 concurrent capture over many tasks is agents/capture.py, which calls `run_teacher` on
 lockstep batches (a local model) or on one task at a time side by side (a server).
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 from coa_lab import prompts
 from coa_lab.agents.worked_examples import WorkedRun, nearest
 from coa_lab.config import CaptureConfig
-from coa_lab.openai_backend import AuthError, BackendError
+from coa_lab.generation.openai_backend import AuthError, BackendError
 
 _FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.S)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import warnings
 
-from coa_lab.llm import HFGenerator
+from coa_lab.generation.hf_generator import HFGenerator
 
 
 def int8_copy(model):

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from coa_lab.tasks.records import Task, check_tests
-from coa_lab.tools.sandbox import extract_code, run_python
+from coa_lab.tools.code_tool import extract_code
+from coa_lab.tools.sandbox import run_python
 
 CASE_TIMEOUT_S = 6.0     # CPU seconds per test case (HumanEval's check() is one case)
 MAX_TIMEOUT_S = 60.0     # whole run, however many cases

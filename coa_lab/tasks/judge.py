@@ -8,7 +8,7 @@ counted in :data:`JUDGE_STATS`, so a judge that stops following the format shows
 rising ``unparsed`` count instead of silently changing the metric.
 
 The backend is anything with ``.chat(conversations, max_new_tokens, temperature)``
-returning objects with ``.text`` (``coa_lab.llm.HFGenerator``, ``OpenAIChatBackend``).
+returning objects with ``.text`` (``coa_lab.generation.hf_generator.HFGenerator``, ``OpenAIChatBackend``).
 """
 
 from __future__ import annotations

@@ -372,16 +372,3 @@ def layout_of(path: str | Path) -> str:
         return name
     raise DatasetError(f"{path}: file holds no rows")
 
-
-def suite_path(name: str, split: str, benchmark: str | None = None) -> Path:
-    """Compatibility wrapper of :func:`coa_lab.tasks.suites.suite_path`."""
-    from coa_lab.tasks.suites import suite_path as _suite_path
-
-    return _suite_path(name, split, benchmark)
-
-
-def load_suite(name: str, split: str, limit: int | None = None, benchmark: str | None = None) -> list[Task]:
-    """Compatibility wrapper of :func:`coa_lab.tasks.suites.load_suite`."""
-    from coa_lab.tasks.suites import load_suite as _load_suite
-
-    return _load_suite(name, split, limit=limit, benchmark=benchmark)

@@ -16,11 +16,11 @@ Heavy dependencies (bm25s, ddgs, httpx, e2b, sentence-transformers) are imported
 
 from coa_lab.tools.base import Observation, Tool, error_observation, truncate_text
 from coa_lab.tools.code_tool import CodeTool, E2BCodeTool, exec_main, extract_code, make_code_tool
-from coa_lab.tools.dense_search import DenseExtraMissingError, DenseSearch, HybridSearch
+from coa_lab.tools.dense_search import DenseExtraMissingError
 from coa_lab.tools.registry import BUILTIN_TOOLS, FunctionTool, ToolRegistry, build_tools
 from coa_lab.tools.sandbox import ExecResult, SandboxUnavailableError, run_python, sandbox_available
 from coa_lab.tools.web import CrawlPage, PageStore, WebSearch, html_to_text
-from coa_lab.tools.wiki_search import WikiSearch, load_passages
+from coa_lab.tools.wiki_search import DenseSearch, HybridSearch, WikiSearch, load_passages
 
 __all__ = [
     "BUILTIN_TOOLS",

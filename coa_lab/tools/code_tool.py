@@ -2,8 +2,7 @@
 
 ``CodeTool`` turns an agent's ```python block into a sandboxed run (``sandbox.run_python``)
 and the run's output into an ``Observation``; ``E2BCodeTool`` does the same in a remote
-E2B sandbox; ``make_code_tool`` picks one.  Everything here is also importable from
-``coa_lab.tools.sandbox`` (older imports keep working).
+E2B sandbox; ``make_code_tool`` picks one.
 """
 
 from __future__ import annotations

@@ -212,23 +212,3 @@ def rrf_fuse(rankings: Sequence[Sequence[int]], k: int, rrf_k: int = RRF_K) -> l
     order = sorted(scores.items(), key=lambda kv: -kv[1])  # sorted() is stable
     return order[:k]
 
-
-# The tool classes.  wiki_search imports this module only inside functions, so importing
-# WikiSearch here at module level is not circular.
-from coa_lab.tools.wiki_search import WikiSearch  # noqa: E402
-
-
-class DenseSearch(WikiSearch):
-    """The ``wiki_search`` tool with ``mode="dense"``: cosine ranking only."""
-
-    def _setup(self, **kwargs: Any) -> None:
-        kwargs["mode"] = "dense"
-        super()._setup(**kwargs)
-
-
-class HybridSearch(WikiSearch):
-    """The ``wiki_search`` tool with ``mode="hybrid"``: BM25 and dense fused by RRF."""
-
-    def _setup(self, **kwargs: Any) -> None:
-        kwargs["mode"] = "hybrid"
-        super()._setup(**kwargs)

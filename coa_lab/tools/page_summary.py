@@ -10,7 +10,7 @@ The argument syntax (also in the tool description)::
 
 ``||`` separates the URLs from the goal; the ``goal:`` prefix is optional.  A
 ``summarizer`` is any object with ``.chat(conversations, max_new_tokens, temperature)``
-returning a list of objects with ``.text`` -- ``coa_lab.llm.HFGenerator``,
+returning a list of objects with ``.text`` -- ``coa_lab.generation.hf_generator.HFGenerator``,
 ``VLLMGenerator`` and ``OpenAIChatBackend`` all qualify.
 
 A summary must never cost the agent the page: if the backend raises, returns the wrong

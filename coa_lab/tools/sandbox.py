@@ -20,7 +20,7 @@ therefore runs each snippet in a fresh bwrap container:
 The code goes in over stdin and is written by the bootstrap to the private /tmp, so no
 host path ever holds it.  Backends: local bwrap (default) and ``E2BCodeTool`` (remote,
 when ``E2B_API_KEY`` is set), both in ``code_tool.py`` together with ``exec_main`` (the
-``coa-lab exec`` CLI); their names are re-exported here.
+``coa-lab exec`` CLI).
 """
 
 from __future__ import annotations
@@ -369,22 +369,3 @@ def _execute(cmd: list[str], env: dict[str, str] | None, code: str, timeout_s: f
                       timed_out=timed_out, duration_s=duration, sandboxed=sandboxed,
                       output_truncated=cut_out or cut_err)
 
-
-# ------------------------------------------------------------------ re-exports
-
-# The agent-facing tools and the CLI live in code_tool.py; these names stay importable
-# from here (``from coa_lab.tools.sandbox import CodeTool, exec_main``) for existing code.
-# Lazy (PEP 562), because code_tool imports this module.
-_CODE_TOOL_NAMES = ("CodeTool", "E2BCodeTool", "make_code_tool", "exec_main", "extract_code", "format_exec")
-
-
-def __getattr__(name: str):
-    if name in _CODE_TOOL_NAMES:
-        from coa_lab.tools import code_tool
-
-        return getattr(code_tool, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_CODE_TOOL_NAMES))

@@ -283,3 +283,19 @@ class WikiSearch(Tool):
                 text = text[: self.max_passage_chars].rsplit(" ", 1)[0] + " ..."
             lines.append(f"({i}) {h['title']}: {text}")
         return Observation(text="\n".join(lines), ok=True, latency_s=0.0)
+
+
+class DenseSearch(WikiSearch):
+    """The ``wiki_search`` tool with ``mode="dense"``: cosine ranking only."""
+
+    def _setup(self, **kwargs: Any) -> None:
+        kwargs["mode"] = "dense"
+        super()._setup(**kwargs)
+
+
+class HybridSearch(WikiSearch):
+    """The ``wiki_search`` tool with ``mode="hybrid"``: BM25 and dense fused by RRF."""
+
+    def _setup(self, **kwargs: Any) -> None:
+        kwargs["mode"] = "hybrid"
+        super()._setup(**kwargs)

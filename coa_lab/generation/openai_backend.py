@@ -20,8 +20,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from coa_lab.http_client import RETRY_STATUS, AuthError, BackendError, PooledHTTP  # noqa: F401 (re-exported)
-from coa_lab.llm import Generation
+from coa_lab.generation.http_client import RETRY_STATUS, AuthError, BackendError, PooledHTTP  # noqa: F401 (re-exported)
+from coa_lab.generation.result import Generation
 
 class OpenAIChatBackend(PooledHTTP):
     """Chat completions from `base_url` (e.g. http://127.0.0.1:8000/v1) for `model`.

@@ -1,5 +1,5 @@
 """Time per SFT / RL step for a preset on a given GPU, from the model's shape (`coa-lab plan`;
-docs/scaling.md). Memory is coa_lab/memory_plan.py.
+docs/scaling.md). Memory is coa_lab/planning/memory_plan.py.
 
 N = the weights a token multiplies through (every layer's linear weights and
 the LM head; the input embedding is a lookup), A = LoRA adapter parameters, L layers, d = heads x
@@ -19,13 +19,13 @@ head_dim, s the sequence length:
                  FLOPs / (peak x mfu)); the gpus share the bytes (tensor parallel) or the batches
                  (data parallel), the same total either way
     RL update    the rollout tokens through the training FLOPs above, plus the no-grad old-log-prob
-                 forward over all but the first mini-batch (coa_lab.rl.trainer.policy_update), at
+                 forward over all but the first mini-batch (coa_lab.rl.update.policy_update), at
                  update_mfu
 
 mfu and update_mfu are fitted to the only GPU measurements (docs/gpu-validation.json, an H100 at
 batch 1: real utilisation is low, 11-23% for SFT, 6-8% for the DAPO update);
 bandwidth_efficiency is assumed, never measured (no vLLM run exists). `calibration()` prints
-predicted against measured for every recorded run (coa_lab/plan_report.py).
+predicted against measured for every recorded run (coa_lab/planning/plan_report.py).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import math
 from dataclasses import asdict, dataclass
 
 from coa_lab.config import Preset
-from coa_lab.memory_plan import (PROMPT_TOKENS, ModelShape, kv_bytes_per_token, lora_params, params_of, shape_of,
-                                 weight_bytes)
+from coa_lab.planning.memory_plan import (PROMPT_TOKENS, ModelShape, kv_bytes_per_token, lora_params, params_of,
+                                          shape_of, weight_bytes)
 
 
 # --- hardware --------------------------------------------------------------------------------

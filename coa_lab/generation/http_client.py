@@ -1,6 +1,7 @@
 """What every client of a remote model server needs: one pooled HTTP client shared by threads,
 a retry schedule, and keys kept out of messages. Shared by the OpenAI-compatible teacher
-backend (coa_lab/openai_backend.py) and the vLLM server sampler (coa_lab/llm.py)."""
+backend (coa_lab/generation/openai_backend.py) and the vLLM server sampler
+(coa_lab/generation/vllm_server.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The planner against the real GPU runs (docs/gpu-validation.json), and the whole plan as
-`coa-lab plan` prints it: memory (coa_lab/memory_plan.py), whether it fits, time (coa_lab/step_time.py)."""
+`coa-lab plan` prints it: memory (coa_lab/planning/memory_plan.py), whether it fits, time
+(coa_lab/planning/step_time.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coa_lab.config import Preset, get_preset
-from coa_lab.memory_plan import MEMORY_MARGIN, ModelShape, fit_verdict, plan, shape_of
 from coa_lab.paths import PROJECT_ROOT
-from coa_lab.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MFU, GPUSpec, decode_seconds, gpu_spec,
-                               step_time, update_seconds)
+from coa_lab.planning.memory_plan import MEMORY_MARGIN, ModelShape, fit_verdict, plan, shape_of
+from coa_lab.planning.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MFU, GPUSpec, decode_seconds,
+                                        gpu_spec, step_time, update_seconds)
 
 # --- calibration against the real GPU runs ---------------------------------------------------
 

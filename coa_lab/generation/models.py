@@ -208,7 +208,7 @@ def load_model(cfg: ModelConfig, adapter: str | Path | None = None, trainable: b
         raise ModelLoadError(_unknown_model_message(cfg.name, exc)) from exc
     if torch.cuda.is_available() and not cfg.load_in_4bit:
         model = model.to("cuda")
-    from coa_lab.cpu_attention import use_native_gqa
+    from coa_lab.generation.cpu_attention import use_native_gqa
 
     use_native_gqa(model)  # CPU only: no repeated copies of the KV heads
     tokenizer = load_tokenizer(cfg.name)
@@ -258,5 +258,5 @@ def _load_unsloth(cfg: ModelConfig, adapter, trainable: bool):
     return model, tokenizer
 
 
-if __name__ == "__main__":  # `python -m coa_lab.models`: convert the embedded model once (setup)
+if __name__ == "__main__":  # `python -m coa_lab.generation.models`: convert the embedded model once (setup)
     print(embedded_model_dir())

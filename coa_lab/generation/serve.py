@@ -19,7 +19,7 @@ an LLM judge, or an outside evaluation harness.
     GET  /health
 
 The completion and LoRA endpoints are a CPU stand-in for the subset of vLLM's OpenAI server
-that coa_lab.llm.VLLMServerGenerator uses (RL sampling from a separate `vllm serve` with LoRA
+that coa_lab.generation.vllm_server.VLLMServerGenerator uses (RL sampling from a separate `vllm serve` with LoRA
 hot loading, docs/vllm-server.md): same request fields, same response fields (`token_ids`,
 `stop_reason`), same success strings and 404s. As in vLLM, the LoRA endpoints exist only when
 VLLM_ALLOW_RUNTIME_LORA_UPDATING=True is set in the server's environment (they make the server
@@ -37,308 +37,22 @@ Built on FastAPI + uvicorn. Bound to 127.0.0.1 by default; `--api-key-env VAR` m
 require `Authorization: Bearer $VAR` (the key is read from the environment, never printed).
 """
 
+
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import queue
-import threading
 import time
 import uuid
-import warnings
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from coa_lab.llm import chat_prompt_ids
-
-MAX_N = 16
-
-
-@dataclass
-class _Job:
-    prompt: list[int]
-    max_tokens: int
-    temperature: float
-    top_p: float
-    stop: tuple[str, ...]
-    adapter: str | None = None  # a runtime LoRA adapter's name; None: the model as served
-    future: Future = field(default_factory=Future)
-
-    @property
-    def key(self) -> tuple:
-        return (self.adapter, self.max_tokens, self.temperature, self.top_p, self.stop)
-
-
-@dataclass
-class _Call:
-    """Work for the engine thread between batches (loading or removing an adapter)."""
-    fn: Callable[[], object]
-    future: Future = field(default_factory=Future)
-
-
-class LoraAdapters:
-    """LoRA adapters loaded at runtime onto the served model (peft), by name. A batch decodes
-    with one of them active, or with none: the model as served (a model served with --adapter
-    keeps that adapter, peft's "default", for requests that name the served model).
-
-    The first runtime adapter wraps the plain model in a PeftModel; removing the last one
-    unwraps it again. Only the engine thread calls these."""
-
-    def __init__(self, generator):
-        self.generator = generator
-        self.paths: dict[str, str] = {}  # name -> folder
-        model = getattr(generator, "model", None)
-        self.served_adapter = model.active_adapter if _is_peft(model) else None
-
-    def load(self, name: str, path: str) -> None:
-        from peft import PeftConfig, PeftModel
-
-        if name in self.paths:
-            raise _AlreadyLoaded(name)
-        if not any((Path(path) / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
-            raise FileNotFoundError(f"{path} holds no adapter weights (adapter_model.safetensors or .bin)")
-        model = self.generator.model
-        if _is_peft(model):
-            try:
-                model.load_adapter(path, adapter_name=name)
-            except Exception:
-                if name in model.peft_config:
-                    model.delete_adapter(name)
-                raise
-        else:
-            config = PeftConfig.from_pretrained(path)
-            config.inference_mode = True
-            wrapped = PeftModel(model, config, adapter_name=name)
-            try:
-                wrapped.load_adapter(path, adapter_name=name)
-            except Exception:
-                wrapped.unload()  # takes the injected LoRA layers out of the model again
-                raise
-            wrapped.eval()
-            self.generator.model = wrapped
-        self.paths[name] = path
-
-    def unload(self, name: str) -> None:
-        if name not in self.paths:
-            raise KeyError(name)
-        model = self.generator.model
-        del self.paths[name]
-        if not self.paths and self.served_adapter is None:
-            self.generator.model = model.unload()  # the last one: back to the plain model
-        else:
-            with warnings.catch_warnings():  # "adapter X was active which is now deleted": each batch sets its own
-                warnings.simplefilter("ignore")
-                model.delete_adapter(name)
-
-    @contextlib.contextmanager
-    def active(self, name: str | None):
-        model = getattr(self.generator, "model", None)
-        if name is not None and name not in self.paths:
-            raise RuntimeError(f"the LoRA adapter {name!r} was unloaded before its batch ran")
-        if not _is_peft(model):
-            yield
-            return
-        target = name or self.served_adapter
-        if target is None:
-            with model.disable_adapter():
-                yield
-        else:
-            model.set_adapter(target)
-            yield
-
-
-def _is_peft(model) -> bool:
-    return model is not None and hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
-
-
-class _AlreadyLoaded(Exception):
-    pass
-
-
-class BatchingEngine:
-    """Decodes queued jobs in batches on one worker thread (the model is not thread-safe).
-
-    generator: anything with `.tokenizer` and `.generate(prompts, max_new_tokens, temperature,
-    top_p, stop)` (coa_lab.llm.HFGenerator). wait_s: how long the worker lingers for more jobs
-    once one arrives (requests of one client burst arrive a few ms apart). adapters: what
-    switches LoRA adapters around a batch (default: LoraAdapters on generator.model)."""
-
-    def __init__(self, generator, max_batch: int = 32, wait_s: float = 0.02, adapters=None):
-        self.generator = generator
-        self.tokenizer = generator.tokenizer
-        self.max_batch = max(1, max_batch)
-        self.wait_s = wait_s
-        self.adapters = adapters if adapters is not None else LoraAdapters(generator)
-        self.batches = 0  # for tests and /health: how many batched generate calls ran
-        self._queue: queue.Queue[_Job | _Call] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="coa-serve-engine", daemon=True)
-        self._thread.start()
-
-    def submit(self, job: _Job) -> Future:
-        self._queue.put(job)
-        return job.future
-
-    def call(self, fn: Callable[[], object]) -> Future:
-        """Run fn on the engine thread, after the jobs queued before it."""
-        item = _Call(fn)
-        self._queue.put(item)
-        return item.future
-
-    def _take(self) -> list[_Job | _Call]:
-        items = [self._queue.get()]
-        deadline = time.monotonic() + self.wait_s
-        while len(items) < self.max_batch and not isinstance(items[-1], _Call):
-            try:
-                items.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
-            except queue.Empty:
-                break
-        return items
-
-    def _loop(self) -> None:
-        while True:
-            items = self._take()
-            groups: dict[tuple, list[_Job]] = {}
-            for j in items:
-                if isinstance(j, _Job):
-                    groups.setdefault(j.key, []).append(j)
-            for (adapter, max_tokens, temperature, top_p, stop), group in groups.items():
-                try:
-                    with self.adapters.active(adapter):  # one adapter per batch
-                        gens = self.generator.generate([j.prompt for j in group], max_tokens, temperature, top_p,
-                                                       stop)
-                    self.batches += 1
-                except Exception as exc:  # a failed batch fails its requests, not the server
-                    for j in group:
-                        j.future.set_exception(exc)
-                    continue
-                for j, g in zip(group, gens):
-                    j.future.set_result(g)
-            for c in items:  # _take ends a list at its first call: the jobs before it ran first
-                if isinstance(c, _Call):
-                    try:
-                        c.future.set_result(c.fn())
-                    except Exception as exc:
-                        c.future.set_exception(exc)
-
-
-# The request schemas (module level: FastAPI resolves the endpoints' annotations here).
-class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[dict] | None = None
-
-    def text(self) -> str:
-        if isinstance(self.content, list):  # content parts: keep the text ones
-            return "".join(p.get("text", "") for p in self.content if p.get("type") == "text")
-        return self.content or ""
-
-
-class ChatRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # unknown OpenAI fields (seed, user, ...) are ignored
-    model: str
-    messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    n: int = Field(default=1, ge=1, le=MAX_N)
-    stop: str | list[str] | None = None
-    stream: bool = False
-
-
-class CompletionRequest(BaseModel):
-    """vLLM's /v1/completions fields that the lab's decoder can honour (vLLM:
-    vllm/entrypoints/openai/completion/protocol.py, CompletionRequest); fields it cannot honour
-    are refused with a 400 rather than ignored."""
-    model_config = ConfigDict(extra="ignore")  # seed, user, request_id, ... are ignored
-    model: str | None = None  # None: the model as served
-    prompt: list[int] | list[list[int]] | str | list[str]
-    max_tokens: int | None = Field(default=16, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    n: int = Field(default=1, ge=1, le=MAX_N)
-    stop: str | list[str] | None = None
-    include_stop_str_in_output: bool = False
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True  # decode() of a fast tokenizer adds none either way
-    add_special_tokens: bool = True  # text prompts only
-    return_token_ids: bool | None = None
-    stream: bool = False
-    # accepted only at values that change nothing (what VLLMServerGenerator sends)
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    # not supported here
-    echo: bool = False
-    logprobs: int | None = None
-    use_beam_search: bool = False
-
-    def unsupported(self) -> str | None:
-        if self.echo:
-            return "echo"
-        if self.logprobs is not None:
-            return "logprobs"
-        if self.use_beam_search:
-            return "use_beam_search"
-        if self.top_k not in (None, 0, -1):
-            return "top_k other than -1 / 0"
-        if self.min_p not in (None, 0.0):
-            return "min_p other than 0"
-        if self.repetition_penalty not in (None, 1.0):
-            return "repetition_penalty other than 1"
-        if self.presence_penalty not in (None, 0.0) or self.frequency_penalty not in (None, 0.0):
-            return "presence / frequency penalties"
-        return None
-
-
-class LoadLoRAAdapterRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # load_inplace, ...
-    lora_name: str = ""
-    lora_path: str = ""
-
-
-class UnloadLoRAAdapterRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    lora_name: str = ""
-
-
-def reply_text(tokenizer, gen, stop: tuple[str, ...]) -> tuple[str, str]:
-    """(text, OpenAI finish_reason) of a generation: special tokens dropped, and the output
-    cut before the first stop string (OpenAI does not return the stop sequence)."""
-    text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-    cut = min((text.find(s) for s in stop if s and s in text), default=-1)
-    if cut >= 0:
-        return text[:cut], "stop"
-    return text, "length" if gen.finish_reason == "length" else "stop"
-
-
-def completion_choice(tokenizer, gen, stop: tuple[str, ...], include_stop: bool, skip_special: bool) -> dict:
-    """A vLLM completion choice for a generation: `text` as vLLM detokenizes it (cut after the
-    stop string when include_stop, before it otherwise; a stop token's text only with
-    include_stop), `finish_reason` "stop" / "length", `stop_reason` the stop string (None for
-    EOS), and `token_ids` every sampled id (the EOS token included, as in vLLM)."""
-    ids = list(gen.token_ids)
-    text_ids = ids[:-1] if gen.finish_reason == "eos" and not include_stop else ids
-    text = tokenizer.decode(text_ids, skip_special_tokens=skip_special)
-    stop_reason = None
-    if gen.finish_reason == "stop":
-        hits = [(text.find(s), -len(s), s) for s in stop if s and s in text]
-        if hits:
-            pos, _, stop_reason = min(hits)
-            text = text[:pos + len(stop_reason)] if include_stop else text[:pos]
-        else:  # matched across special tokens that this text leaves out
-            raw = tokenizer.decode(ids, skip_special_tokens=False)
-            stop_reason = next((s for s in stop if s and s in raw), None)
-    return {"text": text, "logprobs": None, "finish_reason": "length" if gen.finish_reason == "length" else "stop",
-            "stop_reason": stop_reason, "token_ids": ids}
+from coa_lab.generation.chat_prompt import chat_prompt_ids
+from coa_lab.generation.serve_adapters import AdapterAlreadyLoaded
+from coa_lab.generation.serve_batching import BatchingEngine, Job
+# module level: FastAPI resolves the endpoints' annotations in this module's namespace
+from coa_lab.generation.serve_schema import (ChatRequest, CompletionRequest, LoadLoRAAdapterRequest,
+                                             UnloadLoRAAdapterRequest, completion_choice, reply_text)
 
 
 def runtime_lora_allowed() -> bool:
@@ -422,7 +136,7 @@ def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_k
             return error(400, f"{len(prompt)} prompt tokens + {wanted or 1} to generate exceed the model's context "
                          f"of {context_length}", "invalid_request_error", "context_length_exceeded")
         stop = tuple([req.stop] if isinstance(req.stop, str) else (req.stop or []))
-        jobs = [_Job(prompt, wanted or min(512, room), req.temperature, req.top_p, stop, adapter) for _ in range(req.n)]
+        jobs = [Job(prompt, wanted or min(512, room), req.temperature, req.top_p, stop, adapter) for _ in range(req.n)]
         try:
             gens = await asyncio.gather(*(asyncio.wrap_future(engine.submit(j)) for j in jobs))
         except Exception as exc:
@@ -489,7 +203,7 @@ def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_k
         stop = tuple([req.stop] if isinstance(req.stop, str) else (req.stop or []))
         temperature = 1.0 if req.temperature is None else req.temperature
         top_p = 1.0 if req.top_p is None else req.top_p
-        jobs = [_Job(p, max_tokens, temperature, top_p, stop, adapter) for p in prompts for _ in range(req.n)]
+        jobs = [Job(p, max_tokens, temperature, top_p, stop, adapter) for p in prompts for _ in range(req.n)]
         try:
             gens = await asyncio.gather(*(asyncio.wrap_future(engine.submit(j)) for j in jobs))
         except Exception as exc:
@@ -536,7 +250,7 @@ def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_k
                 return vllm_error(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
             try:
                 await asyncio.wrap_future(engine.call(lambda: adapters.load(name, path)))
-            except _AlreadyLoaded:
+            except AdapterAlreadyLoaded:
                 return vllm_error(400, already, "InvalidUserInput")
             except Exception as exc:  # not a LoRA for this model (shapes, modules), unreadable weights, ...
                 return vllm_error(500, f"Loading lora {name} failed: {type(exc).__name__}: {exc}",
@@ -601,7 +315,7 @@ def serve_main(args) -> int:
     import uvicorn
 
     from coa_lab.config import get_preset
-    from coa_lab.llm import make_generator
+    from coa_lab.generation.llm import make_generator
 
     try:
         model_name, adapter = resolve_served(args.model, args.adapter)

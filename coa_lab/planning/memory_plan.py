@@ -1,6 +1,6 @@
 """Per-GPU memory for a preset, from the model's shape: what a course needs to size hardware
-(`coa-lab plan --preset P --gpus N`; docs/scaling.md). Time per step is coa_lab/step_time.py,
-both against the real GPU runs and as the CLI prints them coa_lab/plan_report.py.
+(`coa-lab plan --preset P --gpus N`; docs/scaling.md). Time per step is coa_lab/planning/step_time.py,
+both against the real GPU runs and as the CLI prints them coa_lab/planning/plan_report.py.
 
 Every term is a formula you can check by hand (tests/test_memory_plan.py does):
 
@@ -99,7 +99,7 @@ def shape_of(model_name: str) -> ModelShape:
         return ModelShape.from_config(json.loads(local.read_text()))
     if model_name in KNOWN_SHAPES:
         return ModelShape(**KNOWN_SHAPES[model_name])
-    from coa_lab.models import resolve_model
+    from coa_lab.generation.models import resolve_model
 
     resolved = Path(resolve_model(model_name)) / "config.json"
     if resolved.exists():

@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from coa_lab.llm import Generation
+from coa_lab.generation.result import Generation
 
 
 @dataclass
@@ -126,7 +126,7 @@ def decode(
 
     max_new_tokens: per turn; max_response_tokens: per row over all turns, forced tokens
     included (a turn ends with finish "length" when either runs out).
-    prefix_cache: a coa_lab.prefix_cache.PrefixCache kept across calls (frozen weights only);
+    prefix_cache: a coa_lab.generation.prefix_cache.PrefixCache kept across calls (frozen weights only);
     stats: counters of prompt tokens sent and prompt tokens actually prefilled, incremented.
     """
     import torch
@@ -205,13 +205,13 @@ def shared_prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_
 
 def _prefill(model, prompts, pad, device, prefix_cache=None, stats=None):
     """Prefill a chunk; rows sharing a prefix compute it once, and a prefix an earlier call
-    computed (coa_lab/prefix_cache.py, when given) is not computed at all. Returns (cache,
+    computed (coa_lab/generation/prefix_cache.py, when given) is not computed at all. Returns (cache,
     mask, logits of each row's last token, each row's next position).
     stats: {"prompt_tokens_sent", "prompt_tokens_prefilled"} counters, incremented."""
     import torch
     from transformers import DynamicCache
 
-    from coa_lab.kv_cache import GrowingCache
+    from coa_lab.generation.kv_cache import GrowingCache
 
     def left_pad(seqs):
         width = max(len(x) for x in seqs)
@@ -299,7 +299,7 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
     eos = tokenizer.eos_token_id
     longest = max((len(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in stops), default=0)
 
-    from coa_lab.kv_cache import GrowingCache
+    from coa_lab.generation.kv_cache import GrowingCache
 
     cache, mask, logits, next_pos = _prefill(model, prompts, pad, device, prefix_cache, stats)
     rows = [_Row(i, len(p)) for i, p in zip(indices, prompts)]

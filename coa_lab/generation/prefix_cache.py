@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from coa_lab.decoding import MIN_SHARED_PREFIX, common_prefix
+from coa_lab.generation.decoding import MIN_SHARED_PREFIX, common_prefix
 
 # one entry per distinct prefix, LRU; 4096 tokens of SmolLM2-135M (30 layers, 3 KV heads x 64,
 # fp32) are ~190 MB, of a 3B model in bf16 ~150 MB

@@ -1,13 +1,5 @@
-"""Generation backends behind one small interface.
-
-    gen = HFGenerator(model, tokenizer)            # CPU / any GPU: coa_lab.decoding over any HF model
-    gen = VLLMGenerator(model_path)                # GPU extra: vLLM engine
-    gen = VLLMServerGenerator(base_url, tokenizer) # a separate `vllm serve` (its own node, LoRA hot loading)
-    gen = OpenAIChatBackend(base_url, model)       # any OpenAI-compatible server (coa_lab/openai_backend.py)
-
-Rollouts work on token ids, not text: RL must train on exactly the tokens the policy
-sampled, and re-tokenizing decoded text can produce different ids at block boundaries.
-"""
+"""`VLLMServerGenerator`: RL sampling from a separate `vllm serve` (its own node, LoRA hot
+loading) through its OpenAI-compatible API, with HFGenerator's interface (docs/vllm-server.md)."""
 
 from __future__ import annotations
 
@@ -17,143 +9,12 @@ import os
 import threading
 import uuid
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from coa_lab.http_client import RETRY_STATUS, AuthError, BackendError, PooledHTTP
-
-
-@dataclass
-class Generation:
-    token_ids: list[int]
-    text: str
-    finish_reason: str  # "stop" (hit a stop string), "eos", or "length"
-    prompt_tokens: int = 0
-    completion_tokens: int = -1  # remote backends report a count but no ids
-    # per sampled token: its log-probability under the distribution it was drawn from (logits
-    # / temperature, after top-p) and that distribution's entropy (nats). The lab's own decoder
-    # fills them when it samples (temperature > 0); RL compares them with the trainer's log-probs
-    # (the consistency check) and logs the entropy. None where a backend does not report them.
-    logprobs: list[float] | None = None
-    entropies: list[float] | None = None
-
-    def __post_init__(self) -> None:
-        if self.completion_tokens < 0:
-            self.completion_tokens = len(self.token_ids)
-
-
-def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """Token ids of a chat prompt ending where the assistant's turn starts."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def chat_by_generate(generator, conversations: list[list[dict]], max_new_tokens: int,
-                     temperature: float = 0.0) -> list[Generation]:
-    """`.chat` for a token-id backend: the chat template, one turn, the reply's text without EOS."""
-    prompts = [chat_prompt_ids(generator.tokenizer, msgs) for msgs in conversations]
-    gens = generator.generate(prompts, max_new_tokens, temperature)
-    eos = generator.tokenizer.eos_token or ""
-    for g in gens:
-        g.text = g.text.removesuffix(eos).strip()
-    return gens
-
-
-class HFGenerator:
-    """Batched transformers generation with stop strings, on whatever device the model is."""
-
-    def __init__(self, model, tokenizer, batch_size: int = 16, compute=None, keep_prefixes: bool = False):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        # a context-manager factory for the forward passes (coa_lab.models.compute_context)
-        self.compute = compute
-        # keep_prefixes: shared prompt prefixes (an agent's instruction and worked examples)
-        # prefilled once for all later calls, not once per call (coa_lab/prefix_cache.py)
-        self.prefix_cache = None
-        if keep_prefixes:
-            from coa_lab.prefix_cache import PrefixCache
-
-            self.prefix_cache = PrefixCache()
-        # prompt tokens the callers sent vs those actually run through a forward pass
-        self.stats = {"prompt_tokens_sent": 0, "prompt_tokens_prefilled": 0}
-
-    def generate(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        stop: Sequence[str] = (),
-    ) -> list[Generation]:
-        """One turn per prompt: stops at EOS, at a stop string (kept, like the token that
-        completed it) or after max_new_tokens."""
-        out: list[Generation | None] = [None] * len(prompts)
-
-        def keep(events):
-            for i, gen in events:
-                out[i] = gen
-            return [None] * len(events)
-
-        self.multi_turn(prompts, keep, max_new_tokens=max_new_tokens, temperature=temperature,
-                        top_p=top_p, stop=stop)
-        return out  # type: ignore[return-value]
-
-    def multi_turn(self, prompts: list[list[int]], on_turn_end, *, max_new_tokens: int,
-                   max_response_tokens: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
-                   stop: Sequence[str] = ()) -> None:
-        """Multi-turn decoding that keeps each row's KV cache across tool turns
-        (coa_lab.decoding.decode; `run_coa` uses it when a backend offers it)."""
-        from coa_lab.decoding import decode
-
-        decode(self.model, self.tokenizer, prompts, on_turn_end, max_new_tokens=max_new_tokens,
-               max_response_tokens=max_response_tokens, temperature=temperature, top_p=top_p, stop=stop,
-               batch_size=self.batch_size, compute=self.compute, prefix_cache=self.prefix_cache, stats=self.stats)
-
-    def chat(self, conversations: list[list[dict]], max_new_tokens: int, temperature: float = 0.0) -> list[Generation]:
-        """One assistant reply per conversation (used by the teacher's agents)."""
-        return chat_by_generate(self, conversations, max_new_tokens, temperature)
-
-
-class VLLMGenerator:
-    """vLLM engine with the same interface (GPU extra). LoRA adapters are swapped per call,
-    which is how RL pushes fresh weights to the sampler without reloading the base model."""
-
-    def __init__(self, model_path: str, tokenizer, max_lora_rank: int = 64, **engine_kwargs):
-        from coa_lab.models import require
-
-        require("vllm", "gpu")
-        from vllm import LLM  # noqa: GPU path only
-
-        self.tokenizer = tokenizer
-        self.engine = LLM(model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, **engine_kwargs)
-        self.lora = None
-        self._lora_id = 0
-
-    def set_adapter(self, adapter_dir: str | None) -> None:
-        from vllm.lora.request import LoRARequest
-
-        self._lora_id += 1
-        self.lora = LoRARequest(f"policy{self._lora_id}", self._lora_id, str(adapter_dir)) if adapter_dir else None
-
-    def generate(self, prompts, max_new_tokens, temperature=0.0, top_p=1.0, stop=()) -> list[Generation]:
-        from vllm import SamplingParams, TokensPrompt
-
-        params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                stop=list(stop), include_stop_str_in_output=True)
-        outs = self.engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, lora_request=self.lora)
-        results = []
-        for o, p in zip(outs, prompts):
-            c = o.outputs[0]
-            finish = "stop" if c.stop_reason is not None and c.stop_reason != self.tokenizer.eos_token_id else (
-                "eos" if c.finish_reason == "stop" else "length")
-            results.append(Generation(list(c.token_ids), c.text, finish, len(p)))
-        return results
-
-    def chat(self, conversations, max_new_tokens, temperature=0.0) -> list[Generation]:
-        prompts = [chat_prompt_ids(self.tokenizer, msgs) for msgs in conversations]
-        return self.generate(prompts, max_new_tokens, temperature)
+from coa_lab.generation.chat_prompt import chat_by_generate
+from coa_lab.generation.http_client import RETRY_STATUS, AuthError, BackendError, PooledHTTP
+from coa_lab.generation.result import Generation
 
 
 class VLLMServerGenerator(PooledHTTP):
@@ -185,7 +46,7 @@ class VLLMServerGenerator(PooledHTTP):
       /unload_lora_adapter for the previous one; None goes back to the base model. The SERVER
       reads the folder: on a cluster it must be on a filesystem both nodes mount at the same path.
     - errors: 429 / 5xx / timeouts / dropped connections are retried with backoff (as in
-      coa_lab.openai_backend); anything else raises BackendError (AuthError for 401/403), with
+      coa_lab.generation.openai_backend); anything else raises BackendError (AuthError for 401/403), with
       the server's message and never the key (read from the `api_key_env` variable per request).
     - prompt + max_tokens must fit the server's max_model_len (read from /models): a row's
       budget is cut to what fits, and a row with no room at all ends as "length" at once.
@@ -478,77 +339,3 @@ def _error_message(resp) -> str:
             if body.get(key):
                 return str(body[key])[:300]
     return str(body)[:300]
-
-
-def make_generator(preset, adapter=None, model_name: str | None = None, keep_prefixes: bool = False):
-    """The preset's generation backend: "hf" (transformers, any device), "vllm" (GPU extra) or
-    "vllm-server" (a separate `vllm serve` at gen.server_url; the adapter is pushed to it).
-
-    adapter: a LoRA adapter directory (SFT/RL output) to sample from; model_name: another
-    model than the preset's (a stronger teacher, say); keep_prefixes: "hf" keeps shared prompt
-    prefixes' K/V across calls (the teacher's; vLLM has its own prefix caching)."""
-    import dataclasses
-
-    from coa_lab.models import compute_context, load_model, load_tokenizer, resolve_model
-
-    cfg = preset.model if model_name is None else dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
-    cfg, adapter = _full_model_as_base(cfg, adapter)
-    if preset.gen.backend == "vllm":
-        gen = VLLMGenerator(resolve_model(cfg.name), load_tokenizer(cfg.name), max_lora_rank=max(cfg.lora_r, 8),
-                            gpu_memory_utilization=preset.gen.vllm_memory_fraction)
-        gen.set_adapter(adapter)
-        return gen
-    if preset.gen.backend == "vllm-server":
-        gen = VLLMServerGenerator(_server_url(preset), load_tokenizer(cfg.name), model=model_name,
-                                  api_key_env=preset.gen.server_api_key_env)
-        gen.set_adapter(adapter)
-        return gen
-    if preset.gen.backend != "hf":
-        raise ValueError(f"unknown generation backend {preset.gen.backend!r}; use 'hf', 'vllm' or 'vllm-server'")
-    model, tokenizer = load_model(cfg, adapter=adapter)
-    return HFGenerator(model, tokenizer, preset.gen.batch_size, compute=lambda: compute_context(model, cfg),
-                       keep_prefixes=keep_prefixes)
-
-
-def _full_model_as_base(cfg, adapter):
-    """A full fine-tune's output where an adapter would go (the 32B recipe's SFT) is the base
-    model itself: sample from it with no adapter (a vLLM server already serves it as its base)."""
-    import dataclasses
-
-    from coa_lab.models import is_full_model_dir
-
-    if adapter is not None and is_full_model_dir(adapter):
-        return dataclasses.replace(cfg, name=str(adapter)), None
-    return cfg, adapter
-
-
-def _server_url(preset) -> str:
-    url = getattr(preset.gen, "server_url", None)
-    if not url:
-        raise ValueError("gen.backend='vllm-server' needs gen.server_url: the vLLM server's OpenAI-compatible base "
-                         "URL, e.g. --set gen.server_url=http://sampler-node:8000/v1 (docs/vllm-server.md)")
-    return url
-
-
-def rl_sampler(preset, tokenizer, adapter):
-    """The RL sampler for gen.backend "vllm" (in-process engine) or "vllm-server" (a separate
-    `vllm serve` at gen.server_url, key from $gen.server_api_key_env): it samples from the base
-    weights plus a LoRA adapter, and `set_adapter(dir)` is called by the trainer after every
-    update (the server must read `dir` on a shared filesystem). Full fine-tuning (lora_r == 0)
-    would need the new weights broadcast into the engine, which this lab does not implement
-    (docs/scaling.md): use gen.backend='hf' for it."""
-    from coa_lab.models import resolve_model
-
-    if preset.model.lora_r == 0:
-        raise ValueError("RL with vLLM sampling needs a LoRA policy (model.lora_r > 0); "
-                         "for full fine-tuning set gen.backend='hf'")
-    cfg, adapter = _full_model_as_base(preset.model, adapter)
-    if preset.gen.backend == "vllm-server":
-        gen = VLLMServerGenerator(_server_url(preset), tokenizer, api_key_env=preset.gen.server_api_key_env)
-    elif preset.gen.backend == "vllm":
-        gen = VLLMGenerator(resolve_model(cfg.name), tokenizer, max_lora_rank=preset.model.lora_r,
-                            gpu_memory_utilization=preset.gen.vllm_memory_fraction)
-    else:
-        raise ValueError(f"no RL sampler for gen.backend={preset.gen.backend!r}; use 'vllm' or 'vllm-server'")
-    gen.set_adapter(adapter)
-    return gen

@@ -1,0 +1,15 @@
+"""Everything that turns prompts into tokens: loading a model, the backends that sample from it
+and the lab's own decoder underneath, and serving a model over HTTP.
+
+- llm.py: `make_generator` / `rl_sampler`, the backend a preset asks for; the backends are
+  hf_generator.py (any HF model, this process), vllm_engine.py (vLLM in this process),
+  vllm_server.py (a separate `vllm serve`) and openai_backend.py (any OpenAI-compatible chat
+  endpoint; http_client.py is their shared retrying client). All return result.Generation;
+  chat_prompt.py turns messages into prompt ids.
+- decoding.py: the batched decoder that keeps each row's KV cache across tool turns, with its
+  own cache (kv_cache.py), prefixes kept across calls (prefix_cache.py) and CPU attention
+  (cpu_attention.py).
+- models.py: locating and loading model weights (the embedded model, HF models, LoRA).
+- serve.py: `coa-lab serve` (serve_schema.py, serve_batching.py, serve_adapters.py);
+  stub_teacher.py: a flaky stand-in remote teacher for tests.
+"""

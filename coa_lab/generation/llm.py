@@ -1,0 +1,92 @@
+"""Generation backends behind one small interface, and the one a preset asks for.
+
+    gen = HFGenerator(model, tokenizer)            # CPU / any GPU: coa_lab.generation.decoding over any HF model
+    gen = VLLMGenerator(model_path)                # GPU extra: vLLM engine
+    gen = VLLMServerGenerator(base_url, tokenizer) # a separate `vllm serve` (its own node, LoRA hot loading)
+    gen = OpenAIChatBackend(base_url, model)       # any OpenAI-compatible server (coa_lab/generation/openai_backend.py)
+
+Each lives in its own module (hf_generator.py, vllm_engine.py, vllm_server.py,
+openai_backend.py); every one returns `Generation`s (result.py). This module loads the model
+a preset names and builds its backend: `make_generator` (sampling, evaluation, the teacher)
+and `rl_sampler` (RL's separate vLLM sampler).
+"""
+
+from __future__ import annotations
+
+from coa_lab.generation.hf_generator import HFGenerator
+from coa_lab.generation.vllm_engine import VLLMGenerator
+from coa_lab.generation.vllm_server import VLLMServerGenerator
+
+
+def make_generator(preset, adapter=None, model_name: str | None = None, keep_prefixes: bool = False):
+    """The preset's generation backend: "hf" (transformers, any device), "vllm" (GPU extra) or
+    "vllm-server" (a separate `vllm serve` at gen.server_url; the adapter is pushed to it).
+
+    adapter: a LoRA adapter directory (SFT/RL output) to sample from; model_name: another
+    model than the preset's (a stronger teacher, say); keep_prefixes: "hf" keeps shared prompt
+    prefixes' K/V across calls (the teacher's; vLLM has its own prefix caching)."""
+    import dataclasses
+
+    from coa_lab.generation.models import compute_context, load_model, load_tokenizer, resolve_model
+
+    cfg = preset.model if model_name is None else dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
+    cfg, adapter = _full_model_as_base(cfg, adapter)
+    if preset.gen.backend == "vllm":
+        gen = VLLMGenerator(resolve_model(cfg.name), load_tokenizer(cfg.name), max_lora_rank=max(cfg.lora_r, 8),
+                            gpu_memory_utilization=preset.gen.vllm_memory_fraction)
+        gen.set_adapter(adapter)
+        return gen
+    if preset.gen.backend == "vllm-server":
+        gen = VLLMServerGenerator(_server_url(preset), load_tokenizer(cfg.name), model=model_name,
+                                  api_key_env=preset.gen.server_api_key_env)
+        gen.set_adapter(adapter)
+        return gen
+    if preset.gen.backend != "hf":
+        raise ValueError(f"unknown generation backend {preset.gen.backend!r}; use 'hf', 'vllm' or 'vllm-server'")
+    model, tokenizer = load_model(cfg, adapter=adapter)
+    return HFGenerator(model, tokenizer, preset.gen.batch_size, compute=lambda: compute_context(model, cfg),
+                       keep_prefixes=keep_prefixes)
+
+
+def _full_model_as_base(cfg, adapter):
+    """A full fine-tune's output where an adapter would go (the 32B recipe's SFT) is the base
+    model itself: sample from it with no adapter (a vLLM server already serves it as its base)."""
+    import dataclasses
+
+    from coa_lab.generation.models import is_full_model_dir
+
+    if adapter is not None and is_full_model_dir(adapter):
+        return dataclasses.replace(cfg, name=str(adapter)), None
+    return cfg, adapter
+
+
+def _server_url(preset) -> str:
+    url = getattr(preset.gen, "server_url", None)
+    if not url:
+        raise ValueError("gen.backend='vllm-server' needs gen.server_url: the vLLM server's OpenAI-compatible base "
+                         "URL, e.g. --set gen.server_url=http://sampler-node:8000/v1 (docs/vllm-server.md)")
+    return url
+
+
+def rl_sampler(preset, tokenizer, adapter):
+    """The RL sampler for gen.backend "vllm" (in-process engine) or "vllm-server" (a separate
+    `vllm serve` at gen.server_url, key from $gen.server_api_key_env): it samples from the base
+    weights plus a LoRA adapter, and `set_adapter(dir)` is called by the trainer after every
+    update (the server must read `dir` on a shared filesystem). Full fine-tuning (lora_r == 0)
+    would need the new weights broadcast into the engine, which this lab does not implement
+    (docs/scaling.md): use gen.backend='hf' for it."""
+    from coa_lab.generation.models import resolve_model
+
+    if preset.model.lora_r == 0:
+        raise ValueError("RL with vLLM sampling needs a LoRA policy (model.lora_r > 0); "
+                         "for full fine-tuning set gen.backend='hf'")
+    cfg, adapter = _full_model_as_base(preset.model, adapter)
+    if preset.gen.backend == "vllm-server":
+        gen = VLLMServerGenerator(_server_url(preset), tokenizer, api_key_env=preset.gen.server_api_key_env)
+    elif preset.gen.backend == "vllm":
+        gen = VLLMGenerator(resolve_model(cfg.name), tokenizer, max_lora_rank=preset.model.lora_r,
+                            gpu_memory_utilization=preset.gen.vllm_memory_fraction)
+    else:
+        raise ValueError(f"no RL sampler for gen.backend={preset.gen.backend!r}; use 'vllm' or 'vllm-server'")
+    gen.set_adapter(adapter)
+    return gen

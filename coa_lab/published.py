@@ -1,0 +1,119 @@
+"""Result files a reader can trace: `docs/results/<name>.json`, committed with the code.
+
+A figure the README or a notebook quotes is a link into one of these files, e.g.
+``[0.807](docs/results/rl_seeds.json "sft_test_accuracy")``: the text is the figure, the link
+is the file, the title is the key inside it (dots for nesting, integers for list items, a
+trailing ``*100`` when the text shows a fraction as points or percent). `check_figures` reads
+every such link and says which ones the file does not back (tests/test_published_figures.py
+runs it), so no result figure is typed by hand.
+
+Each file is written by the run or benchmark that measured it (`publish`), with the date, the
+commit of the code and the machine probe beside the result, because a timing or an accuracy
+means little without them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from coa_lab.paths import PROJECT_ROOT
+
+RESULTS_DIR = PROJECT_ROOT / "docs" / "results"
+# [shown](docs/results/<file>.json "key") -- the key in the title so the link still opens the file
+LINK = re.compile(r'\[([^\]\n]+)\]\(((?:\.\./)*docs/results/[\w.-]+\.json) "([^"\n]+)"\)')
+
+
+def git_commit(root: Path = PROJECT_ROOT) -> str | None:
+    """The checkout's commit, with `-dirty` when the tracked files differ from it; None outside git."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=root,
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def provenance(machine: dict) -> dict:
+    return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "commit": git_commit(), "machine": machine}
+
+
+def publish(name: str, result: dict, source: str, machine: dict, directory: Path | None = None) -> Path:
+    """Write docs/results/<name>.json: the result's own keys, plus `source` (the command line a
+    reader runs to measure it again) and `provenance` (date, commit, machine; the result's own
+    when it carries one, as a benchmark's does)."""
+    directory = Path(directory or RESULTS_DIR)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
+    doc = {"source": source, "provenance": result.get("provenance") or provenance(machine),
+           **{k: v for k, v in result.items() if k != "provenance"}}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path
+
+
+def figure(doc: dict, key: str):
+    """The value at a dotted key: 'result.gains.0', with '*100' at the end to scale a fraction."""
+    scale = 1.0
+    if key.endswith("*100"):
+        key, scale = key[: -len("*100")], 100.0
+    value = doc
+    for part in key.split("."):
+        if isinstance(value, list):
+            if not part.lstrip("-").isdigit():
+                raise KeyError(f"{key}: {part!r} indexes a list")
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            raise KeyError(f"{key}: no {part!r}")
+    if scale != 1.0:
+        if not isinstance(value, (int, float)):
+            raise KeyError(f"{key}: *100 on a value that is not a number ({value!r})")
+        value = value * scale
+    return value
+
+
+def _shown_number(text: str) -> tuple[float, int] | None:
+    """(value, decimals it is rounded to): '**+4.7**' -> (4.7, 1); '1,572' -> (1572.0, 0);
+    '2.7e-7' -> (2.7e-07, 8); None if the text is not a number."""
+    t = text.replace("*", "").replace(",", "").replace("−", "-").strip()
+    t = re.sub(r"\s*(%|points?|s|min|GiB)$", "", t)
+    m = re.fullmatch(r"([+-]?\d+)(?:\.(\d+))?(?:e([+-]?\d+))?", t)
+    if not m:
+        return None
+    decimals = len(m.group(2) or "") - int(m.group(3) or 0)  # 2.7e-7 is read to 8 decimals
+    return float(t), decimals
+
+
+def check_figures(text: str, base: Path = PROJECT_ROOT) -> tuple[int, list[str]]:
+    """(links checked, problems): each linked figure must be the file's value at its key, as
+    the text rounds it (0.807 backs 0.8071, not 0.81); a non-number must be equal as text."""
+    problems, docs, n = [], {}, 0
+    for shown, rel, key in LINK.findall(text):
+        n += 1
+        path = (base / rel).resolve()
+        if path not in docs:
+            try:
+                docs[path] = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                problems.append(f"[{shown}]({rel}): cannot read the file ({e})")
+                continue
+        try:
+            value = figure(docs[path], key)
+        except (KeyError, IndexError) as e:
+            problems.append(f"[{shown}]({rel} {key!r}): {e}")
+            continue
+        number = _shown_number(shown)
+        if number is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            quoted, decimals = number
+            if abs(quoted - value) > 0.5 * 10 ** -decimals + 1e-9:
+                problems.append(f"[{shown}]({rel} {key!r}): the file says {value}")
+        elif shown.replace("*", "").strip() != str(value):
+            problems.append(f"[{shown}]({rel} {key!r}): the file says {value!r}")
+    return n, problems

@@ -1,0 +1,97 @@
+"""What an RL checkpoint holds and how it is written and found: the adapter, the optimizer,
+the next step, every RNG, and how far each task stream got (the resumable streams are here
+too), so a resumed run samples exactly what the uninterrupted one would have."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+from coa_lab import distributed
+
+
+class CountedStream:
+    """An endless task iterator that counts what it handed out: a checkpoint stores the count,
+    and a resumed run replays the stream up to it (the anchor stream has its own seeded RNG)."""
+
+    def __init__(self, it):
+        self.it, self.n = it, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.n += 1
+        return next(self.it)
+
+    def skip(self, n: int) -> None:
+        for _ in range(n):
+            next(self)
+
+
+class TaskCycle:
+    """Every pool task once per pass, each pass reshuffled with the global `random` (seeded by
+    train_rl). Its order and position go into a checkpoint, so a resumed run draws on exactly."""
+
+    def __init__(self, items: list):
+        self.items, self.pos = list(items), len(items)  # the first draw shuffles
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.pos >= len(self.items):
+            random.shuffle(self.items)
+            self.pos = 0
+        self.pos += 1
+        return self.items[self.pos - 1]
+
+    def state(self) -> dict:
+        return {"order": [t.id for t in self.items], "pos": self.pos}
+
+    def restore(self, state: dict) -> None:
+        by_id = {t.id: t for t in self.items}
+        if set(by_id) != set(state["order"]):
+            raise ValueError("the checkpoint was trained on another pool: resume with the same tasks")
+        self.items, self.pos = [by_id[i] for i in state["order"]], state["pos"]
+
+
+CHECKPOINT = "checkpoint"
+
+
+def save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: TaskCycle, anchor_iter, n_sampled: int,
+                     reference=None) -> None:
+    """out_dir/checkpoint: the adapter, the optimizer, the next step, every RNG and how far each
+    task stream got. Written beside the old one and swapped in, so a kill mid-save leaves one."""
+
+    import torch
+
+    # every rank samples with its own torch generator: all of them go into the one checkpoint
+    torch_rngs = distributed.gather_rows([torch.get_rng_state()])
+    cuda_rngs = distributed.gather_rows([torch.cuda.get_rng_state() if torch.cuda.is_available() else None])
+    if not distributed.is_main():  # the replicas are identical: rank 0 writes for all
+        return
+    tmp, final, old = out_dir / f"{CHECKPOINT}.tmp", out_dir / CHECKPOINT, out_dir / f"{CHECKPOINT}.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "adapter")
+    torch.save({"next_step": step + 1, "optimizer": optimizer.state_dict(), "python_random": random.getstate(),
+                "torch_rng": torch_rngs[0], "torch_rng_by_rank": torch_rngs, "cuda_rng_by_rank": cuda_rngs,
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "pool": pool_iter.state(), "anchors_drawn": anchor_iter.n if anchor_iter is not None else 0,
+                "sampled_records": n_sampled,
+                "reference": reference.state() if reference is not None else None}, tmp / "state.pt")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_rl_checkpoint(out_dir: str | Path) -> Path | None:
+    """The RL checkpoint of a run folder (or the previous one, if a kill hit the swap)."""
+    for name in (CHECKPOINT, f"{CHECKPOINT}.old"):
+        path = Path(out_dir) / name
+        if (path / "state.pt").exists() and (path / "adapter" / "adapter_config.json").exists():
+            return path
+    return None

@@ -1,0 +1,179 @@
+"""RL's update half (steps 4-5 of rl/trainer.py): GRPO advantages, old log-probs, then
+mini-batch optimizer steps on DAPO's clip-higher, token-level loss over policy tokens only.
+Under `accelerate launch` each rank computes its share of the micro-batches and the gradients
+are summed (coa_lab/distributed.py)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from coa_lab import distributed
+from coa_lab.config import Preset
+from coa_lab.rl import dapo
+
+
+def _pad(rows: list[list[int]], value: int):
+    import torch
+
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [value] * (width - len(r)) for r in rows])
+
+
+MICRO_BATCH = 4  # rollouts per forward: bounds the logits of a step ([rollouts x response, V])
+
+
+def _micro_batches(groups, mini_batches: int) -> list[list[list[int]]]:
+    """Rollout indices as mini-batches (one optimizer step each) of micro-batches (one
+    forward each). Mini-batches are whole groups in shuffled order, and a micro-batch holds
+    up to MICRO_BATCH rollouts of ONE group: they share their prompt, which the packed
+    forward then computes once."""
+    starts, n = [], 0
+    for g in groups:
+        starts.append(n)
+        n += len(g)
+    order = list(range(len(groups)))
+    random.shuffle(order)
+    size = -(-len(order) // max(1, min(mini_batches, len(order))))  # ceil: at most `mini_batches` steps
+    out = []
+    for i in range(0, len(order), size):
+        micro = []
+        for g in order[i : i + size]:
+            idx = list(range(starts[g], starts[g] + len(groups[g])))
+            micro += [idx[j : j + MICRO_BATCH] for j in range(0, len(idx), MICRO_BATCH)]
+        out.append(micro)
+    return out
+
+
+def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int, compute=None,
+                  packed: bool | None = None, reference=None) -> dict:
+    """Old log-probs, advantages, then mini-batch steps on the DAPO loss.
+
+    compute: a context-manager factory for forward passes (bf16 autocast on CPU).
+    reference: rl/reference.ReferenceWeights, the SFT policy of the KL term (rl.kl_coef > 0).
+    packed: one packed row per micro-batch (default: wherever the model's attention allows
+    it) or padded rows (benchmarks/bench_rl_update.py compares them)."""
+    import contextlib
+
+    import torch
+
+    from coa_lab import packing
+
+    compute = compute or contextlib.nullcontext
+    rl = preset.rl
+    device = next(model.parameters()).device
+    adv = dapo.group_advantages(torch.tensor(rewards, dtype=torch.float32)).flatten().to(device)  # [N]
+    flat = [r for g in groups for r in g]
+    ids = [r.prompt_ids + r.response_ids for r in flat]
+    masks = [[0] * len(r.prompt_ids) + (r.response_mask if not (rl.overlong_filter and r.truncated)
+                                        else [0] * len(r.response_ids)) for r in flat]
+    input_ids, loss_mask = _pad(ids, pad_id).to(device), _pad(masks, 0).to(device)
+    attention = _pad([[1] * len(x) for x in ids], 0).to(device)
+    width = input_ids.shape[1]
+    packed = packing.supported(model) if packed is None else packed
+
+    def logprobs(sub: list[int]):
+        """[len(sub), width] log-probs of rollouts `sub` (one group's: they share a prompt)."""
+        if packed:  # the shared prompt once, no padding (coa_lab/packing.py)
+            return packing.sequence_logprobs(model, [ids[i] for i in sub], [list(range(len(sub)))],
+                                             [len(flat[i].prompt_ids) for i in sub], pad_id, width,
+                                             temperature=rl.temperature)
+        # padded to the micro-batch's longest; no prompt token is in the loss: skip their logits
+        t, longest = torch.tensor(sub, device=device), max(len(ids[i]) for i in sub)
+        out = dapo.token_logprobs(model, input_ids[t, :longest], attention[t, :longest],
+                                  min(len(flat[i].prompt_ids) for i in sub), temperature=rl.temperature)
+        return torch.nn.functional.pad(out, (0, width - longest))
+
+    # Truncated importance sampling (rl.rollout_int8): each policy token's loss weighed by
+    # min(pi_train / pi_rollout, tis_cap), pi_train being the pre-update policy (`old` below)
+    # and pi_rollout the probability the int8 sampler drew the token with
+    tis = rl.rollout_int8 and rl.tis_cap is not None
+    if tis:
+        has_lp = torch.tensor([len(r.response_logprobs) == len(r.response_ids) for r in flat], device=device)
+        sampler_lp = _pad([[0.0] * len(r.prompt_ids) + (r.response_logprobs if ok else [0.0] * len(r.response_ids))
+                           for r, ok in zip(flat, has_lp.tolist())], 0.0).to(device)
+        log_cap = math.log(rl.tis_cap)
+    mini_batches = _micro_batches(groups, rl.mini_batches)  # the same on every rank: one shared `random`
+    # Data parallel (coa_lab/distributed.py): every rank holds the whole batch; rank r computes
+    # micro-batches r, r + world, ... of each mini-batch, and the gradients are summed before the
+    # step. One process computes them all: the same sum, in another order.
+    world, me = distributed.world_size(), distributed.rank()
+    mine = [[sub for k, sub in enumerate(mb) if k % world == me] for mb in mini_batches]
+    # Old log-probs: the first mini-batch is trained before any update, so its own forward IS the
+    # sampling policy's (its ratio is exactly 1, detached below); only the later mini-batches
+    # need a no-grad pass now, before the weights move. Saves one forward over 1/mini_batches
+    # of the batch (the whole old-log-prob pass at mini_batches=1).
+    old = torch.zeros(input_ids.shape, dtype=torch.float32, device=device)
+    model.eval()  # no dropout: old and new log-probs must come from the same function
+    with torch.no_grad(), compute():
+        for sub in (sub for mb in mine[1:] for sub in mb):
+            old[torch.tensor(sub, device=device)] = logprobs(sub).float()
+    ref = None
+    if reference is not None and rl.kl_coef > 0:  # the SFT policy's log-probs: one more no-grad pass
+        ref = torch.zeros(input_ids.shape, dtype=torch.float32, device=device)
+        with torch.no_grad(), compute(), reference.active():
+            for sub in (sub for mb in mine for sub in mb):
+                ref[torch.tensor(sub, device=device)] = logprobs(sub).float()
+    model.train()  # gradient checkpointing (GPU presets) is only active in train mode
+    stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "ratio_mean": [], "approx_kl": [], "high_ratio_frac": []}
+    params = [p for p in model.parameters() if p.requires_grad]
+    for n_mb, mb in enumerate(mini_batches):
+        n_tokens = float(loss_mask[torch.tensor([i for sub in mb for i in sub], device=device)].sum().clamp(min=1))
+        n_sequences = float(sum(len(sub) for sub in mb))
+        optimizer.zero_grad()
+        for sub in mine[n_mb]:
+            t = torch.tensor(sub, device=device)
+            with compute():
+                logp = logprobs(sub)
+            if n_mb == 0:  # before any update: this forward is the old policy; kept for the gap below
+                old[t] = logp.detach().float()
+            old_sub = old[t]
+            weights = None
+            if tis:
+                log_w = torch.where(has_lp[t][:, None], old_sub - sampler_lp[t], torch.zeros_like(old_sub))
+                weights = torch.exp(log_w.clamp(max=log_cap))
+                on = loss_mask[t].float()
+                n_on = on.sum().clamp(min=1)
+                stats.setdefault("tis_capped_frac", []).append(float(((log_w > log_cap).float() * on).sum() / n_on))
+                stats.setdefault("tis_weight_mean", []).append(float((weights * on).sum() / n_on))
+            loss, st = dapo.dapo_token_loss(logp, old_sub, adv[t], loss_mask[t],
+                                            rl.clip_low, rl.clip_high, n_tokens=n_tokens,
+                                            aggregation=rl.loss_agg, n_sequences=n_sequences,
+                                            token_weights=weights,
+                                            ref_logprobs=ref[t] if ref is not None else None, kl_coef=rl.kl_coef)
+            loss.backward()
+            stats["loss"].append(float(loss.detach()))
+            if "kl_ref" in st:
+                stats.setdefault("kl_ref", []).append(st["kl_ref"])
+            for k in ("clip_frac", "ratio_mean", "approx_kl", "high_ratio_frac"):
+                stats[k].append(st[k])
+        distributed.all_reduce_gradients(params)  # the whole mini-batch's gradient on every rank
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+    # Consistency: `old` now holds the trainer's pre-update log-prob of every token this rank
+    # scored. On policy tokens it must equal the log-prob the sampler drew the token with (same
+    # weights, same temperature): verl's rollout_probs_diff_mean, over every policy token, the
+    # overlong-filtered samples included.
+    gap_sum, gap_n, gap_max = 0.0, 0.0, 0.0
+    scored = sorted({i for mb in mine for sub in mb for i in sub})
+    with_lp = [i for i in scored if len(flat[i].response_logprobs) == len(flat[i].response_ids)]
+    if with_lp:
+        t = torch.tensor(with_lp, device=device)
+        sampler = _pad([[0.0] * len(flat[i].prompt_ids) + flat[i].response_logprobs for i in with_lp], 0.0)
+        policy = _pad([[0] * len(flat[i].prompt_ids) + flat[i].response_mask for i in with_lp], 0)
+        width_lp = sampler.shape[1]
+        gap = dapo.probability_gap(old[t, :width_lp], sampler.to(device), policy.to(device))
+        gap_sum, gap_n, gap_max = float(gap.sum()), float(gap.numel()), float(gap.max()) if gap.numel() else 0.0
+    # per-micro-batch statistics: sums and counts over all ranks, so the log is one process's
+    keys = list(stats)
+    totals = distributed.all_reduce_sum([sum(stats[k]) for k in keys] + [gap_sum, gap_n]
+                                        + [float(len(stats["clip_frac"]))])
+    count = totals[-1]
+    out = {k: (totals[i] / count if count else 0.0) for i, k in enumerate(keys)}
+    if totals[-2] > 0:  # a backend that reports no sampling log-probs (vLLM here) leaves it out
+        out["logprob_gap"] = totals[-3] / totals[-2]  # mean |p_trainer - p_sampler| per policy token
+        out["logprob_gap_max"] = gap_max  # this rank's largest
+    out["loss"] = totals[keys.index("loss")] / max(1, len(mini_batches))
+    out["train_tokens"] = int(loss_mask.sum())
+    out["masked_observation_tokens"] = sum(len(r.response_mask) - sum(r.response_mask) for r in flat)
+    return out

@@ -1,0 +1,59 @@
+"""Every result figure the README and the notebooks quote is a link into a committed file under
+docs/results/ (coa_lab/published.py), and the file backs it: no figure is typed by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from coa_lab.paths import PROJECT_ROOT
+from coa_lab.published import LINK, RESULTS_DIR, check_figures, figure, publish
+
+NOTEBOOKS = sorted((PROJECT_ROOT / "notebooks").glob("*.ipynb"))
+
+
+def test_a_figure_is_checked_against_its_file(tmp_path):
+    results = tmp_path / "docs" / "results"
+    publish("x", {"acc": [0.8071, 0.75], "gain": 0.047, "name": "cpu-tiny", "machine": {"cores": 2}},
+            "benchmarks/bench_x.py", {"cores": 2}, results)
+    ok = ('[0.807](docs/results/x.json "acc.0") [**0.81**](docs/results/x.json "acc.0") '
+          '[+4.7 points](docs/results/x.json "gain*100") [cpu-tiny](docs/results/x.json "name")')
+    assert check_figures(ok, tmp_path) == (4, [])
+    n, problems = check_figures('[0.80](docs/results/x.json "acc.0") [0.75](docs/results/x.json "acc.2") '
+                                '[1](docs/results/y.json "a") [tiny](docs/results/x.json "name")', tmp_path)
+    assert n == 4 and len(problems) == 4  # wrong rounding, no such item, no such file, other text
+    assert "0.8071" in problems[0]
+
+
+def test_published_files_carry_their_provenance(tmp_path):
+    doc = json.loads(publish("x", {"a": 1}, "src", {"fp32_gflops": 150.0}, tmp_path).read_text())
+    assert doc["source"] == "src" and doc["provenance"]["machine"] == {"fp32_gflops": 150.0}
+    assert doc["provenance"]["date"].startswith("20")
+    assert figure(doc, "a") == 1
+    with pytest.raises(KeyError):
+        figure(doc, "a.b")
+
+
+@pytest.mark.parametrize("path", [PROJECT_ROOT / "README.md", *NOTEBOOKS], ids=lambda p: Path(p).name)
+def test_every_quoted_figure_matches_its_file(path):
+    if path.suffix == ".ipynb":
+        text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
+    else:
+        text = path.read_text()
+    n, problems = check_figures(text, path.parent)
+    assert not problems, "\n".join(problems)
+    if path.name == "README.md":
+        assert n >= 10  # the README's results are links, not typed figures
+
+
+def test_every_results_file_says_what_produced_it_and_is_quoted():
+    files = sorted(RESULTS_DIR.glob("*.json"))
+    assert files
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    quoted = {Path(rel).name for _, rel, _ in LINK.findall(readme)}
+    for path in files:
+        doc = json.loads(path.read_text())
+        assert doc["source"] and {"date", "commit", "machine"} <= doc["provenance"].keys(), path.name
+        assert path.name in quoted, f"{path.name} is committed but the README quotes nothing from it"
