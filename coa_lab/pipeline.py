@@ -202,7 +202,7 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
 
         torch.manual_seed(rl_seed(preset))  # the screening samples are RL's randomness too
         pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset.gen, r.pool_samples,
-                                   r.pool_min_pass, r.pool_max_pass, r.temperature)
+                                   r.pool_min_pass, r.pool_max_pass, r.temperature, r.format_reward)
     fallback = reused_fallback or len(pool) < r.prompts_per_step
     if fallback:  # too few mixed-outcome questions: train on every candidate, and say so
         pool = candidates

@@ -80,11 +80,11 @@ def run_rl(out: Path, steps: int, resume: bool) -> None:
                 q = after.split("?")[0]
                 a, b = (int(x) for x in q.split(" + "))
                 if "<observation>" in after:  # second turn: answer with what the tool printed
-                    reply = f"<answer>\\boxed{{{a + b}}}</answer>"
+                    reply = f"<think>t</think><answer>\\boxed{{{a + b}}}</answer>"
                 else:
                     s = seen[q] = seen.get(q, -1) + 1
                     reply = (f"<think>add them</think><code>print({a} + {b})</code>" if s % 2 == 0
-                             else f"<answer>\\boxed{{{a + b + 1}}}</answer>")
+                             else f"<think>t</think><answer>\\boxed{{{a + b + 1}}}</answer>")
                 ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
                 out.append(Generation(ids, self.tokenizer.decode(ids), "stop", len(p)))
             return out

@@ -123,7 +123,7 @@ RL_SCRIPT = textwrap.dedent("""
             for k, p in enumerate(prompts):
                 q = self.tokenizer.decode(p).rsplit("What is ", 1)[1].split("?")[0]
                 a, b = (int(x) for x in q.split(" + "))
-                ids = self.tokenizer(f"<answer>\\\\boxed{{{a + b if k % 2 == 0 else 0}}}</answer>",
+                ids = self.tokenizer(f"<think>t</think><answer>\\\\boxed{{{a + b if k % 2 == 0 else 0}}}</answer>",
                                      add_special_tokens=False)["input_ids"]
                 out.append(Generation(ids, self.tokenizer.decode(ids), "stop", len(p)))
             return out

@@ -121,7 +121,7 @@ def test_a_rollout_cut_by_the_turn_cap_reaches_the_loss_with_negative_advantage(
     model, tok = policy
     loop = "<think>I add the numbers. I add the numbers. I add the numbers. I add the"  # cut mid-loop
     preset = _preset(prompts_per_step=1, group_size=2, max_sampling_rounds=0, overlong_filter=True)
-    policy_ = Scripted(tok, ["<answer>\\boxed{42}</answer>", loop], ["stop", "length"])
+    policy_ = Scripted(tok, ["<think>t</think><answer>\\boxed{42}</answer>", loop], ["stop", "length"])
     groups, rewards, _ = collect_batch(policy_, iter([TASK]), build_tools(["code"]), preset)
     [[right, looped]] = groups
     assert looped.finish == "turn_length" and not looped.truncated  # a per-turn cut is not "overlong"

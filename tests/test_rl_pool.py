@@ -65,7 +65,7 @@ class KnownSkill:
         for i, _ in enumerate(prompts):
             task_no, sample = i // 4 + 1, i % 4
             value = 2 * task_no if sample < task_no - 1 else -1
-            text = f"<answer>\\boxed{{{value}}}</answer>"
+            text = f"<think>t</think><answer>\\boxed{{{value}}}</answer>"
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             out.append(Generation(ids, text, "stop", 1))
         return out

@@ -78,7 +78,7 @@ def test_kl_to_sft_is_zero_at_the_first_update_then_grows_and_survives_resume(tm
     TASKS = [Task("t1", "What is 1 + 1?", ["2"], "test", "math", {})]
     rl = {"steps": 2, "prompts_per_step": 1, "group_size": 2, "max_sampling_rounds": 0, "kl_coef": 0.5,
           "learning_rate": 1e-2}
-    factory = lambda model, tok: Alternating(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])  # noqa: E731
+    factory = lambda model, tok: Alternating(tok, ["<think>t</think><answer>\\boxed{2}</answer>", "<think>t</think><answer>\\boxed{5}</answer>"])  # noqa: E731
     preset = get_preset("cpu-smoke", rl={**rl, "steps": 1})
     train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory)
     state = torch.load(tmp_path / "checkpoint" / "state.pt", weights_only=False)

@@ -48,7 +48,7 @@ def model_and_tok():
 def test_dynamic_sampling_keeps_only_groups_with_mixed_accuracy(model_and_tok):
     _, tok = model_and_tok
     preset = get_preset("cpu-smoke", rl={"prompts_per_step": 2, "group_size": 2, "max_sampling_rounds": 2})
-    right_then_wrong = Alternating(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{0}</answer>"])
+    right_then_wrong = Alternating(tok, ["<think>t</think><answer>\\boxed{2}</answer>", "<think>t</think><answer>\\boxed{0}</answer>"])
     # task t1's gold is 2: rollouts alternate right/wrong -> informative; others: all wrong
     pool = iter([TASKS[0], TASKS[1], TASKS[0], TASKS[2], TASKS[0], TASKS[3]])
     groups, rewards, stats = collect_batch(right_then_wrong, pool, build_tools(["code"]), preset)
@@ -65,7 +65,7 @@ class SolvesThreePlusThree(Alternating):
         out = super().generate(prompts, max_new_tokens, temperature, top_p, stop)
         for i, p in enumerate(prompts):
             if "What is 3 + 3?" in self.tokenizer.decode(p):
-                ids = self.tokenizer("<answer>\\boxed{6}</answer>", add_special_tokens=False)["input_ids"]
+                ids = self.tokenizer("<think>t</think><answer>\\boxed{6}</answer>", add_special_tokens=False)["input_ids"]
                 out[i] = Generation(ids, self.tokenizer.decode(ids), "stop", len(p))
         return out
 
@@ -74,7 +74,7 @@ def test_anchor_groups_enter_the_batch_only_when_the_policy_fails_them(model_and
     _, tok = model_and_tok
     preset = get_preset("cpu-smoke", rl={"prompts_per_step": 1, "group_size": 2, "max_sampling_rounds": 1,
                                          "anchors_per_step": 2})
-    policy = SolvesThreePlusThree(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{0}</answer>"])
+    policy = SolvesThreePlusThree(tok, ["<think>t</think><answer>\\boxed{2}</answer>", "<think>t</think><answer>\\boxed{0}</answer>"])
     # pool: t1 (gold 2) -> right, wrong: informative. Anchors: t3 always solved -> dropped;
     # t1 as an anchor -> half wrong, as if the policy had drifted -> kept.
     groups, _, stats = collect_batch(policy, iter([TASKS[0]]), build_tools(["code"]), preset,
@@ -98,7 +98,7 @@ def test_score_rollouts_shapes_but_accuracy_stays_binary(model_and_tok):
 def test_policy_update_moves_only_lora_weights(model_and_tok):
     model, tok = model_and_tok
     preset = get_preset("cpu-smoke")
-    gen = Alternating(tok, ["<code>\nprint(2)\n</code>", "<answer>\\boxed{2}</answer>"])
+    gen = Alternating(tok, ["<code>\nprint(2)\n</code>", "<think>t</think><answer>\\boxed{2}</answer>"])
     rollouts = run_coa(gen, [TASKS[0]], build_tools(["code"]), preset.gen, samples=2)
     lora = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad and "embed" in n}
@@ -113,7 +113,7 @@ def test_policy_update_moves_only_lora_weights(model_and_tok):
 
 
 def _two_groups(tok, preset):
-    gen = Alternating(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])
+    gen = Alternating(tok, ["<think>t</think><answer>\\boxed{2}</answer>", "<think>t</think><answer>\\boxed{5}</answer>"])
     rollouts = run_coa(gen, TASKS[:2], build_tools(["code"]), preset.gen, samples=2)
     return [rollouts[:2], rollouts[2:]], [[1.0, 0.0], [0.0, 1.0]]
 
@@ -185,7 +185,7 @@ def test_mini_batches_are_whole_groups_and_micro_batches_one_groups_rollouts():
 
 def test_train_rl_logs_steps_and_saves_adapter(tmp_path):
     preset = get_preset("cpu-smoke", rl={"steps": 2, "prompts_per_step": 1, "group_size": 2, "max_sampling_rounds": 0})
-    factory = lambda model, tok: Alternating(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])  # noqa: E731
+    factory = lambda model, tok: Alternating(tok, ["<think>t</think><answer>\\boxed{2}</answer>", "<think>t</think><answer>\\boxed{5}</answer>"])  # noqa: E731
     result = train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 == len(result.metrics)
@@ -198,7 +198,7 @@ def test_train_rl_logs_steps_and_saves_adapter(tmp_path):
 def test_train_rl_reports_pool_accuracy_apart_from_anchors(tmp_path):
     preset = get_preset("cpu-smoke", rl={"steps": 1, "prompts_per_step": 1, "group_size": 2,
                                          "max_sampling_rounds": 0, "anchors_per_step": 1})
-    factory = lambda model, tok: SolvesThreePlusThree(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])  # noqa: E731
+    factory = lambda model, tok: SolvesThreePlusThree(tok, ["<think>t</think><answer>\\boxed{2}</answer>", "<think>t</think><answer>\\boxed{5}</answer>"])  # noqa: E731
     result = train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory,
                       anchors=[TASKS[2]])
     row = result.metrics[0]
@@ -218,7 +218,7 @@ def test_interrupted_rl_keeps_the_last_finished_step(tmp_path):
                 raise KeyboardInterrupt
             return super().generate(*a, **kw)
 
-    factory = lambda model, tok: Interrupting(tok, ["<answer>\\boxed{2}</answer>", "<answer>\\boxed{5}</answer>"])  # noqa: E731
+    factory = lambda model, tok: Interrupting(tok, ["<think>t</think><answer>\\boxed{2}</answer>", "<think>t</think><answer>\\boxed{5}</answer>"])  # noqa: E731
     with pytest.raises(KeyboardInterrupt):
         train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -231,7 +231,7 @@ def test_without_dynamic_sampling_an_all_wrong_group_is_trained_on_and_wasted(tm
     # the "no dynamic sampling" ablation arm: the group stays in the batch, its advantages are 0
     preset = get_preset("cpu-smoke", rl={"steps": 1, "prompts_per_step": 1, "group_size": 2, "max_sampling_rounds": 0,
                                          "dynamic_sampling": False, "loss_agg": "sequence"})
-    factory = lambda model, tok: Alternating(tok, ["<answer>\\boxed{5}</answer>"])  # noqa: E731 - always wrong
+    factory = lambda model, tok: Alternating(tok, ["<think>t</think><answer>\\boxed{5}</answer>"])  # noqa: E731 - always wrong
     row = train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory).metrics[0]
     assert row["kept_groups"] == 1 and row["accuracy"] == 0.0
     assert row["signal_rollouts"] == 0 and row["loss"] == 0.0
@@ -246,7 +246,27 @@ def test_the_trainer_rewards_exactly_what_evaluation_scores(model_and_tok):
     preset = get_preset("cpu-smoke")
     tasks = [TASKS[0]] * len(outputs)
     rollouts = run_coa(Alternating(tok, outputs), tasks, build_tools(["code"]), preset.gen)
-    trainer, _ = score_rollouts(rollouts, preset.gen.max_response_tokens, preset.rl.overlong_buffer)
+    ungated, _ = score_rollouts(rollouts, preset.gen.max_response_tokens, preset.rl.overlong_buffer, format_gate=False)
     evaluated = evaluate(Alternating(tok, outputs), {"math/test": tasks}, build_tools(["code"]), preset)
-    assert trainer == [r.reward for r in evaluated.records]
-    assert 0.0 in trainer and 1.0 in trainer  # both outcomes occur: the comparison can fail
+    assert ungated == [r.reward for r in evaluated.records]
+    assert 0.0 in ungated and 1.0 in ungated  # both outcomes occur: the comparison can fail
+
+
+def test_the_format_gate_zeroes_exactly_the_grammar_violations(model_and_tok):
+    """rl.format_reward (on by default): the reward is evaluation's score where evaluation calls
+    the format valid, and 0 where it does not -- a right answer after a skipped <think> earns
+    nothing, as a format error aborts an AFM run."""
+    _, tok = model_and_tok
+    outputs = ["<think>t</think><answer>\\boxed{2}</answer>", "<answer>\\boxed{2}</answer>",
+               "<plan>p</plan>\n<think>t</think>\n<reflection>r</reflection>\n<answer>\\boxed{2}</answer>",
+               "<think>t</think><answer>\\boxed{3}</answer>"]
+    preset = get_preset("cpu-smoke")
+    assert preset.rl.format_reward
+    tasks = [TASKS[0]] * len(outputs)
+    rollouts = run_coa(Alternating(tok, outputs), tasks, build_tools(["code"]), preset.gen)
+    gated, _ = score_rollouts(rollouts, preset.gen.max_response_tokens, preset.rl.overlong_buffer)
+    evaluated = evaluate(Alternating(tok, outputs), {"math/test": tasks}, build_tools(["code"]), preset)
+    scores = [r.reward for r in evaluated.records]
+    valid = [r.metadata["valid"] for r in evaluated.records]
+    assert scores == [1.0, 1.0, 1.0, 0.0] and valid == [True, False, False, True]
+    assert gated == [s if v else 0.0 for s, v in zip(scores, valid)] == [1.0, 0.0, 0.0, 0.0]

@@ -15,9 +15,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from coa_lab import protocol
 from coa_lab.agents.coa_runner import run_coa_across_ranks
-from coa_lab.tasks.scorers import reward as task_reward
+from coa_lab.rl.rollouts import rollout_reward
 
 
 @dataclass
@@ -42,15 +41,16 @@ def keep_by_pass_rate(tasks: list, pass_rates: list[float], min_pass: float, max
 
 
 def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_pass: float, max_pass: float,
-                temperature: float) -> tuple[list, PoolReport]:
+                temperature: float, format_gate: bool = True) -> tuple[list, PoolReport]:
     """Sample every candidate `samples` times with the policy and keep the mixed-outcome ones
-    (in a launched run the ranks share the rollouts and all get the same pool)."""
+    (in a launched run the ranks share the rollouts and all get the same pool). A pass is RL's
+    own reward (rl/rollouts.rollout_reward, format_gate = rl.format_reward)."""
     rollouts = run_coa_across_ranks(generator, candidates, tools, gen_cfg, samples=samples, temperature=temperature,
                         progress="screen pool")
     rates = []
     for i, _task in enumerate(candidates):
         group = rollouts[i * samples : (i + 1) * samples]
-        rates.append(sum(task_reward(r.task, protocol.final_answer(r.text)) == 1.0 for r in group) / samples)
+        rates.append(sum(rollout_reward(r, format_gate) == 1.0 for r in group) / samples)
     kept = keep_by_pass_rate(candidates, rates, min_pass, max_pass)
     histogram: dict[str, int] = {f"{k}/{samples}": 0 for k in range(samples + 1)}
     for p in rates:

@@ -1,6 +1,7 @@
 """RL's sampling half (steps 1-3 of rl/trainer.py): roll out a group per prompt with real
-tools, score each rollout with the task's scorer plus DAPO's soft overlong punishment, and keep
-sampling until enough groups are informative (dynamic sampling)."""
+tools, score each rollout with the task's scorer (0 for a grammar violation, rl.format_reward) plus
+DAPO's soft overlong punishment, and keep sampling until enough groups are informative (dynamic
+sampling)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,26 @@ from coa_lab.rl import dapo
 from coa_lab.tasks.scorers import reward as task_reward
 
 
-def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int) -> tuple[list[float], list[float]]:
-    """(task rewards, shaped rewards): the binary verifiable reward from the task's scorer, and
+def rollout_reward(rollout: Rollout, format_gate: bool = True) -> float:
+    """The binary verifiable reward: the task's scorer on the final answer (the same scorer
+    evaluation reports), and 0 when the trajectory breaks the CoA grammar (format_gate). In the
+    paper's runtime a format error aborts the run, so it can never earn a reward; without the
+    gate, RL on the cpu-tiny pool taught the student to skip the <think> between <reflection>
+    and <answer> (a shorter path that the scorer still paid when the answer happened to be
+    right): look-up format validity on validation fell 0.97 -> 0.72 and the skipped think
+    turned answers into copies of the reflection (docs/design.md, "RL reward")."""
+    if format_gate and protocol.validate(rollout.text, rollout.task.profile):
+        return 0.0
+    return task_reward(rollout.task, protocol.final_answer(rollout.text))
+
+
+def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int,
+                   format_gate: bool = True) -> tuple[list[float], list[float]]:
+    """(task rewards, shaped rewards): the binary verifiable reward (`rollout_reward`), and
     that reward plus DAPO's soft overlong punishment (what the advantages are computed from)."""
     import torch
 
-    base = [task_reward(r.task, protocol.final_answer(r.text)) for r in rollouts]
+    base = [rollout_reward(r, format_gate) for r in rollouts]
     lengths = torch.tensor([len(r.response_ids) for r in rollouts])
     shaping = dapo.overlong_penalty(lengths, max_len, buffer).tolist() if buffer > 0 else [0.0] * len(rollouts)
     return base, [b + s for b, s in zip(base, shaping)]
@@ -48,7 +63,7 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
         # in a launched run each rank rolls out its share and all get the whole batch back
         rollouts = run_coa_across_ranks(generator, tasks, tools, gen, samples=rl.group_size,
                                         temperature=rl.temperature, progress="sample")
-        accuracy, scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer)
+        accuracy, scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer, rl.format_reward)
         stats["rounds"] = round_ + 1
         stats["sampled_groups"] += need
         stats["sampled_rollouts"] += len(rollouts)

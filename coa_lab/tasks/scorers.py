@@ -3,7 +3,10 @@
 Why one function for both: the paper's RL reward is the binary outcome of the same check
 the benchmark uses (normalized exact match for MHQA, math-verify for math, all tests pass
 for code).  If training optimised a slightly different metric than evaluation reports, RL
-would happily exploit the gap; so :func:`reward` is literally :func:`score`.
+would happily exploit the gap; so :func:`reward` is literally :func:`score`. The RL stage adds
+one condition on top (coa_lab/rl/rollouts.rollout_reward, rl.format_reward): a trajectory that
+breaks the CoA grammar earns 0, as a format error aborts an AFM run; evaluation reports that
+grammar check beside accuracy as format validity.
 
 Profiles
 - ``mhqa``: SQuAD-style normalized exact match.
@@ -246,5 +249,6 @@ def score(task: Task, predicted_answer: str | None, judge=None) -> float:
 
 def reward(task: Task, answer: str | None, judge=None) -> float:
     """The RL outcome reward.  Deliberately identical to :func:`score` (see module doc):
-    binary, no format bonus, so RL optimises exactly the metric evaluation reports."""
+    binary, no format bonus, so RL optimises the metric evaluation reports (RL zeroes it for a
+    grammar violation: rl/rollouts.rollout_reward)."""
     return score(task, answer, judge=judge)
