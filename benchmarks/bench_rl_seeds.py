@@ -20,7 +20,8 @@ every seed, so an interrupted benchmark keeps the seeds it finished.
    screening already in runs/bench/rl_seeds.json are kept (the same adapter weights, checked by
    their sha256, preset and overrides required). To go on from the committed result, copy
    docs/results/rl_seeds.json there first: SFT from the shipped capture is deterministic on one
-   machine, so the adapter is trained again with the same weights.
+   machine, so the adapter is trained again with the same weights. The numeric mode must match
+   too (`bf16_autocast`, recorded: pin it with COA_LAB_CPU_BF16=0 or 1 in both sessions).
 Tuning reads the VALIDATION split, never test: `--split val --name tune_<what> --set rl.X=Y`
 scores the SFT policy and each seed on `eval.val_tasks` (48 + 16), and `--pool-from` trains on
 an earlier run's screening (rl/pool.json), so a setting is compared on the same pool.
@@ -146,14 +147,17 @@ def main() -> int:
     groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, args.split), mix)
     tools = pipeline.make_tools(preset)
     machine_start = pipeline.machine_peak(preset)
-    t0 = time.time()
+    # bf16 autocast is decided per process by timing a matmul (generation/models.cpu_bf16_is_fast):
+    # greedy decoding under bf16 and fp32 differ on a few tasks, so SFT and every seed must be
+    # scored in one mode (pin it with COA_LAB_CPU_BF16=0/1 across sessions)
+    autocast = machine_start["bf16_autocast"]
     earlier = runs_dir() / "bench" / f"{args.name}.json"
     if args.append and earlier.exists():
         out = json.loads(earlier.read_text())
         # the adapter by its weights, not its path: SFT from the shipped capture is deterministic on
         # one machine, so another session (or a copy of docs/results/rl_seeds.json) can go on
         same = {"sft_adapter_sha256": weights_sha256(adapter), "test_mix": mix, "overrides": args.set,
-                "preset": args.preset}
+                "preset": args.preset, "bf16_autocast": autocast}
         if any(out.get(k) != v for k, v in same.items()):
             raise SystemExit(f"--append: {earlier} was run with other settings "
                              f"({ {k: out.get(k) for k in same} }); run without --append or with the same ones")
@@ -167,7 +171,8 @@ def main() -> int:
                "test_tasks": sft["tasks"], "sft_test_accuracy": sft["accuracy"], "sft_format_valid": sft["format_valid"],
                "sft_eval_seconds": round(time.time() - t0, 1), "seeds": [], "rl_test_accuracy": [],
                "rl_format_valid": [], "gains": [], "train_accuracy_by_step": [], "entropy_by_step": [],
-               "logprob_gap_by_step": [], "rl_seconds": [], "eval_seconds": [], "machine_start": machine_start}
+               "logprob_gap_by_step": [], "rl_seconds": [], "eval_seconds": [], "machine_start": machine_start,
+               "bf16_autocast": autocast}
     out["shared_pool"] = not args.screen_per_seed
     print(f"SFT on {sft['tasks']} {args.split} tasks: accuracy {sft['accuracy']:.3f}, format valid {sft['format_valid']:.3f}")
     for seed in args.seeds:

@@ -153,19 +153,6 @@ def pack(rows: list[list[list[int]]], pad_id: int) -> Packed:
     return Packed(input_ids, position_ids, allowed, row_of, index, pad_columns=pad_columns)
 
 
-def logits_at(model, inputs: dict, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
-    """Logits at packed positions (rows[k], columns[k]): [K, V], the LM head run only there.
-
-    transformers' `logits_to_keep` takes an index tensor: the head runs on the union of the
-    needed columns, so prompt columns that predict nothing never get their [V] logits."""
-    keep, where = torch.unique(columns, return_inverse=True)
-    device = inputs["input_ids"].device
-    logits = model(**inputs, logits_to_keep=keep.to(device)).logits  # [R, K, V]
-    if len(logits) == 1 and len(keep) == len(columns) and torch.equal(keep, columns):
-        return logits[0]  # one row, each column once and in order (an SFT batch): no [K, V] copy
-    return logits[rows.to(device), where.to(device)]
-
-
 def sequence_logprobs(model, sequences: list[list[int]], rows: list[list[int]], starts: list[int],
                       pad_id: int, width: int | None = None, temperature: float = 1.0) -> torch.Tensor:
     """log p(token_t | tokens_<t) of each sequence for t >= starts[i], 0 elsewhere: [N, width].
@@ -186,13 +173,13 @@ def sequence_logprobs(model, sequences: list[list[int]], rows: list[list[int]], 
         spans.append((i, s, len(cols)))
     if not targets:  # every sequence ends at its start: nothing to score
         return torch.zeros((len(sequences), width or max(len(s) for s in sequences)))
-    logits = logits_at(model, packed.model_inputs(model), torch.cat(src_rows), torch.cat(src_cols))
+    from coa_lab.lm_head import nll_at
     from coa_lab.rl.dapo import check_temperature
 
-    logits = logits.float() / check_temperature(temperature)  # the sampled policy's distribution
-    nll = torch.nn.functional.cross_entropy(logits, torch.tensor(targets, device=logits.device),
-                                            reduction="none")
-    out = torch.zeros((len(sequences), width or max(len(s) for s in sequences)), device=logits.device)
+    # the sampled policy's distribution, softmax(logits / T), the LM head a chunk at a time
+    nll = nll_at(model, packed.model_inputs(model), torch.cat(src_rows), torch.cat(src_cols),
+                 torch.tensor(targets), check_temperature(temperature))
+    out = torch.zeros((len(sequences), width or max(len(s) for s in sequences)), device=nll.device)
     at = 0
     for i, s, n in spans:
         out[i, s : s + n] = -nll[at : at + n]

@@ -13,6 +13,7 @@ Each stage can run on its own (`coa-lab sft --run runs/x`) as long as its inputs
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -311,4 +312,9 @@ def run_all(preset: Preset, run: Path, log=print) -> dict:
     write_summary(run, preset)
     write_report(run)
     log(f"report: {run / 'report.md'}  ({summaries['total_seconds']} s)")
+    if os.environ.get("COA_LAB_PUBLISH") == "1":  # `COA_LAB_PUBLISH=1 make demo`: the README's demo table
+        from coa_lab.report import publish_run
+
+        name = "demo" if preset.name == "cpu-tiny" else f"demo_{preset.name}"
+        log(f"published {publish_run(run, name, f'COA_LAB_PUBLISH=1 coa-lab demo --preset {preset.name}')}")
     return summaries

@@ -108,6 +108,24 @@ def write_summary(run: str | Path, preset=None) -> Path:
     return out
 
 
+def publish_run(run: str | Path, name: str, source: str, directory: Path | None = None) -> Path:
+    """docs/results/<name>.json from a finished run, for figures the README quotes by link
+    (tests/test_published_figures.py): summary.json's headline figures, the distillation funnel,
+    the evaluation per benchmark and system, and the stage times with the machine probes they
+    were measured beside. Everything is read back from the files the stages wrote."""
+    from coa_lab.published import publish
+
+    run = Path(run)
+    timing = _load(run / "timing.json") or {}
+    summary = _load(run / "summary.json")
+    if summary is None:
+        raise FileNotFoundError(f"{run / 'summary.json'}: no finished run to publish (run `coa-lab demo` first)")
+    dis, ev, preset = _load(run / "distill" / "summary.json"), _load(run / "eval" / "summary.json"), _load(run / "preset.json")
+    doc = {"preset": (preset or {}).get("name"), "summary": summary, "funnel": dis, "eval": ev,
+           "machine_start": timing.get("machine_start"), "machine": timing.get("machine")}
+    return publish(name, doc, source, timing.get("machine") or {}, directory)
+
+
 def _thirds(xs: list[float]) -> tuple[float, float] | None:
     """Mean of the first and of the last third of a curve (None when too short)."""
     k = len(xs) // 3

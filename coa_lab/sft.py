@@ -91,6 +91,7 @@ def _packed_lm_loss(model, batch: dict):
     import torch
 
     from coa_lab import packing
+    from coa_lab.lm_head import nll_at
 
     labels, index = batch["labels"], batch["packed_index"]
     wanted = labels[:, 1:] != IGNORE_INDEX  # [n, L-1]
@@ -100,20 +101,21 @@ def _packed_lm_loss(model, batch: dict):
                                   packing.segments(cols, [0] * len(cols), 1))
     if not len(columns):
         return model(**inputs, logits_to_keep=1).logits.sum() * 0.0  # keeps the graph for backward
-    logits = packing.logits_at(model, inputs, torch.zeros_like(columns), columns)
-    return torch.nn.functional.cross_entropy(logits.float(), labels[:, 1:][wanted].to(logits.device), reduction="sum")
+    return nll_at(model, inputs, torch.zeros_like(columns), columns, labels[:, 1:][wanted]).sum()
 
 
 def masked_lm_loss(model, batch: dict, num_items_in_batch=None):
     """Next-token cross-entropy over the labelled tokens only, with the LM head run only from
-    the first labelled position on (`logits_to_keep`): prompt positions carry no label, so
-    their [L, V] logits are never computed or stored. (Speed on the CPU demo: no measurable
+    the first labelled position on, CHUNK positions at a time with recomputation in the backward
+    (coa_lab/lm_head.py): no [tokens, V] logits tensor is ever stored. (Speed on the CPU demo: no measurable
     gain, benchmarks/bench_sft.py; the saving is memory, larger at long prompts and big
     vocabularies.) Summed and divided by
     `num_items_in_batch` when the Trainer counts labels across accumulation steps, else the
     mean over this batch's labels -- what transformers' own causal-LM loss computes. Takes a
     padded batch (`pad_batch`) or a packed one (`pack_batch`): the same loss either way."""
     import torch
+
+    from coa_lab.lm_head import nll_at
 
     labels = batch["labels"]
     if "packed_index" in batch:
@@ -123,9 +125,11 @@ def masked_lm_loss(model, batch: dict, num_items_in_batch=None):
         length = labels.shape[1]
         start = max(1, int(labelled[0])) if len(labelled) else length - 1  # first position with a label
         inputs = {k: v for k, v in batch.items() if k != "labels"}
-        logits = model(**inputs, logits_to_keep=length - start + 1).logits[:, :-1]  # predicts start..L-1
-        loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels[:, start:],
-                                                 ignore_index=IGNORE_INDEX, reduction="sum")
+        # positions start-1..L-2 predict tokens start..L-1; the head a chunk at a time (lm_head.py)
+        columns = torch.arange(start - 1, length - 1, device=labels.device)
+        rows = torch.arange(labels.shape[0], device=labels.device).repeat_interleave(len(columns))
+        loss = nll_at(model, inputs, rows, columns.repeat(labels.shape[0]), labels[:, start:].reshape(-1),
+                      ignore_index=IGNORE_INDEX).sum()
     if num_items_in_batch is None:
         num_items_in_batch = (labels[:, 1:] != IGNORE_INDEX).sum()  # position 0 predicts nothing
     return loss / torch.as_tensor(num_items_in_batch, device=loss.device).clamp(min=1)

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from coa_lab.cli import main
+from coa_lab.lm_head import CHUNK
 from coa_lab.config import get_preset
 from coa_lab.planning.memory_plan import (GIB, MEMORY_MARGIN, ModelShape, fit_verdict, lora_params, plan, qwen2_biases,
                                           shape_of)
@@ -66,7 +67,8 @@ def test_cpu_tiny_plan_by_hand():
     assert p.gradients_gib * GIB == t * 4 and p.optimizer_gib * GIB == t * 8
     b, s = preset.sft.batch_size, preset.sft.max_length
     assert p.activations_gib * GIB == 2 * 34 * s * b * 8  # no checkpointing in cpu-tiny
-    assert p.logits_gib * GIB == b * s * 10 * (4 + 4)  # fp32 logits and their gradient
+    assert p.logits_gib * GIB == min(b * s, CHUNK) * 10 * (4 + 4)  # one chunk's fp32 logits and their gradient
+    assert plan(preset, shape=TOY, logits_chunk=None).logits_gib * GIB == b * s * 10 * (4 + 4)  # unchunked
     per_token = 2 * 2 * 1 * 4 * 2  # K and V, 2 layers, 1 kv head of 4, 2 bytes
     assert p.kv_cache_gib * GIB == per_token * preset.gen.batch_size * (preset.gen.max_response_tokens + 512)
 

@@ -13,9 +13,12 @@ Every term is a formula you can check by hand (tests/test_memory_plan.py does):
     activations  per layer, for micro-batch b and length s: 34 s b h bytes in 16-bit (Korthikanti
                  et al. 2022, flash attention: no s^2 term); with gradient checkpointing only each
                  layer's input is kept (2 s b h) plus one layer's full set during its recompute
-    logits       b s V x (2 + 4 + 4) bytes in 16-bit (the logits, their fp32 upcast for the loss,
-                 and its fp32 gradient), b s V x 8 in fp32: at a 152k vocabulary this is the largest
-                 activation of a long sequence
+    logits       c V x (2 + 4 + 4) bytes in 16-bit (the logits, their fp32 upcast for the loss,
+                 and its fp32 gradient), c V x 8 in fp32, with c = min(b s, lm_head.CHUNK): the
+                 LM head runs a chunk of positions at a time and recomputes it in the backward
+                 (coa_lab/lm_head.py). Unchunked (c = b s, `logits_chunk=None`, what the lab did
+                 before issue 28) this was the largest activation of a long sequence: 46 GiB at
+                 4 x 8,192 positions over a 152k vocabulary
     kv cache     rollouts: 2 (K and V) x layers x kv_heads x head_dim x 2 bytes per token, for
                  gen.batch_size sequences of prompt + max_response_tokens
 
@@ -33,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from coa_lab.config import EMBEDDED_MODEL, ModelConfig, Preset
+from coa_lab.lm_head import CHUNK
 
 GIB = 1024**3
 PROMPT_TOKENS = 512  # a typical prompt: the rollouts' KV cache and length assume it
@@ -163,8 +167,10 @@ class MemoryPlan:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
-def plan(preset: Preset, gpus: int = 1, shape: ModelShape | None = None) -> MemoryPlan:
-    """Per-GPU memory of the preset's SFT/RL training step and of its rollouts, on `gpus` GPUs."""
+def plan(preset: Preset, gpus: int = 1, shape: ModelShape | None = None,
+         logits_chunk: int | None = CHUNK) -> MemoryPlan:
+    """Per-GPU memory of the preset's SFT/RL training step and of its rollouts, on `gpus` GPUs.
+    logits_chunk: positions the LM head projects at once (None: all of them, the unchunked path)."""
     if gpus < 1:
         raise ValueError("gpus must be >= 1")
     m = preset.model
@@ -185,7 +191,8 @@ def plan(preset: Preset, gpus: int = 1, shape: ModelShape | None = None) -> Memo
     act_full = shape.layers * 34 * s * b * h
     act_ckpt = shape.layers * 2 * s * b * h + 34 * s * b * h
     activations = act_ckpt if m.gradient_checkpointing else act_full
-    logits = b * s * shape.vocab * (2 + 4 + 4 if half else 4 + 4)
+    positions = b * s if logits_chunk is None else min(b * s, logits_chunk)
+    logits = positions * shape.vocab * (2 + 4 + 4 if half else 4 + 4)
     g = preset.gen
     kv_sequence = kv_bytes_per_token(shape) * (g.max_response_tokens + PROMPT_TOKENS)
     kv = kv_sequence * g.batch_size

@@ -62,7 +62,9 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str = "H100", mfu: 
         p = preset_for(r["four_bit"], 1, r["context"])
         rows.append(CalibrationRow(label, "sft_tokens_per_s",
                                    step_time(p, 1, spec, shape, mfu=mfu).sft_tokens_per_s, r["tokens_per_s"]))
-        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape).train_total_gib, r["peak_mem_gib"]))
+        # measured before the LM head was chunked (issue 28): compared with the unchunked plan
+        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape, logits_chunk=None).train_total_gib,
+                                   r["peak_mem_gib"]))
     for r in data["rl"]:
         d, g = r["dapo"], r["generation"]
         weights = "4-bit" if d["four_bit"] else "bf16"
@@ -71,7 +73,8 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str = "H100", mfu: 
         p = preset_for(d["four_bit"], 4, length)
         _, seconds = update_seconds(p, shape, d["group_size"], length, 1.0, 1, spec, update_mfu)
         rows.append(CalibrationRow(label, "update_seconds", seconds, d["seconds"]))
-        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape).train_total_gib, d["peak_mem_gib"]))
+        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape, logits_chunk=None).train_total_gib,
+                                   d["peak_mem_gib"]))
         per_row = g["new_tokens"] / g["batch"]
         p = replace(p, gen=replace(p.gen, batch_size=g["batch"]))
         seconds, _ = decode_seconds(p, shape, g["batch"], 64, per_row, 1, spec, bandwidth_efficiency, mfu)

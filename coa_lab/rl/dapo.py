@@ -129,19 +129,24 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
     input_ids, attention_mask: [B, L] (right-padded) -> [B, L].
     start: the first position whose log-prob is needed (the shortest prompt's length: no
-    prompt token is ever in the loss). The LM head then runs only on positions start-1..L-2:
-    its [B, L, V] logits are the largest tensor of a small model's step, and a prompt's share
-    of them was pure waste.
+    prompt token is ever in the loss). The LM head then runs only on positions start-1..L-2,
+    and chunk by chunk (coa_lab/lm_head.py): [B, L, V] logits would be the largest tensor of
+    the step, 4.6 GiB per 8k-token row at Qwen2.5's vocabulary.
     """
-    length = input_ids.shape[1]
+    from coa_lab.lm_head import nll_at
+
+    batch, length = input_ids.shape
     start = max(1, min(int(start), length))
-    # logits_to_keep=k: the model applies its LM head to the last k positions only
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=length - start + 1).logits
-    logits = logits[:, :-1].float() / check_temperature(temperature)  # [B, L-start, V]: position t predicts token t+1
-    targets = input_ids[:, start:]  # [B, L-start]
-    # cross_entropy = -log p(target); it avoids materialising a second [B, L, V] tensor.
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-    return torch.nn.functional.pad(-nll, (start, 0))  # [B, L]
+    temperature = check_temperature(temperature)
+    if start == length:
+        return torch.zeros(input_ids.shape, device=input_ids.device)
+    # position t-1 predicts token t, for t = start..L-1 of every row; the LM head runs there
+    # only, a chunk of positions at a time (coa_lab/lm_head.py: no [B, L, V] logits tensor)
+    columns = torch.arange(start - 1, length - 1, device=input_ids.device)
+    rows = torch.arange(batch, device=input_ids.device).repeat_interleave(len(columns))
+    nll = nll_at(model, {"input_ids": input_ids, "attention_mask": attention_mask}, rows, columns.repeat(batch),
+                 input_ids[:, start:].reshape(-1), temperature)
+    return torch.nn.functional.pad(-nll.view(batch, -1), (start, 0))  # [B, L]
 
 
 def check_temperature(temperature: float) -> float:

@@ -1,0 +1,103 @@
+"""Next-token log-probs without a [tokens x vocabulary] logits tensor (issue 28).
+
+The LM head is the largest tensor of a long-context step: at 8k tokens and Qwen2.5's 151,936
+words, one row's fp32 logits are 4.6 GiB, and autograd keeps them (and their softmax) until the
+backward pass. Here the model runs with its head fed an empty slice (a forward pre-hook takes the
+hidden states it was about to project), and the head is applied to `CHUNK` positions at a time,
+each chunk under activation checkpointing: the forward keeps only each token's log-prob, the
+backward recomputes one chunk's logits at a time. Peak memory for the head: one chunk's logits
+and their gradient, whatever the sequence length.
+
+The numbers are the full computation's: the same head module (a LoRA- or 4-bit-wrapped head
+included) on the same hidden states, the same fp32 cross-entropy (tests/test_lm_head.py checks
+log-probs, losses and gradients against the plain path; benchmarks/bench_lm_head_memory.py
+measures the peak on CPU). Every loss and log-prob of the lab goes through `nll_at`: SFT's
+masked loss (coa_lab/sft.py) and RL's token log-probs (rl/dapo.py, packing.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+# (torch is imported inside the functions: `coa-lab plan` reads CHUNK without it)
+# tokens per LM-head chunk: [1024 x 49,152] fp32 logits are 192 MiB (SmolLM2), [1024 x 151,936]
+# 594 MiB (Qwen2.5); the matmul per chunk stays large enough to run at the machine's peak
+CHUNK = 1024
+
+
+@contextlib.contextmanager
+def _captured_head_input(model):
+    """Inside: the model's forward skips its LM head (the head sees an empty slice of positions)
+    and `box[0]` receives the hidden states the head would have projected, [R, K, H]."""
+    head = model.get_output_embeddings()
+    if head is None:
+        raise ValueError(f"{type(model).__name__} has no output embeddings (LM head) to score tokens with")
+    box: list = []
+
+    def take(module, args):
+        box.append(args[0])
+        return (args[0][:, :0],)  # the head now projects zero positions: no [K, V] logits at all
+
+    handle = head.register_forward_pre_hook(take)
+    try:
+        yield head, box
+    finally:
+        handle.remove()
+
+
+def _softcap(model) -> float | None:
+    """Gemma-style final logit soft-capping, applied by such models after their head."""
+    config = getattr(model, "config", None)
+    return getattr(config, "final_logit_softcapping", None) if config is not None else None
+
+
+def _chunk_nll(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, softcap,
+               ignore_index: int):
+    import torch
+
+    logits = head(hidden).float()  # [c, V]: the only logits alive at any moment
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return torch.nn.functional.cross_entropy(logits / temperature, targets, reduction="none", ignore_index=ignore_index)
+
+
+def chunked_nll(model, head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                chunk: int = CHUNK, ignore_index: int = -100) -> torch.Tensor:
+    """-log softmax(head(hidden) / T)[target] per position: hidden [N, H], targets [N] -> [N] fp32.
+    Targets equal to `ignore_index` get 0. With gradients on, each chunk is checkpointed: its
+    logits are dropped after the forward and recomputed in the backward."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    softcap = _softcap(model)
+    out = []
+    for i in range(0, hidden.shape[0], chunk):
+        h, t = hidden[i : i + chunk], targets[i : i + chunk]
+        if torch.is_grad_enabled() and (h.requires_grad or any(p.requires_grad for p in head.parameters())):
+            out.append(checkpoint(_chunk_nll, head, h, t, temperature, softcap, ignore_index, use_reentrant=False))
+        else:
+            out.append(_chunk_nll(head, h, t, temperature, softcap, ignore_index))
+    return torch.cat(out) if out else hidden[:0, 0].float()  # empty, but still on the graph for backward
+
+
+def hidden_at(model, inputs: dict, columns: torch.Tensor):
+    """(head, hidden [R, K, H]): the final hidden states at `columns` (sorted, unique) of every row,
+    from one forward whose LM head projects nothing."""
+    with _captured_head_input(model) as (head, box):
+        model(**inputs, logits_to_keep=columns.to(inputs["input_ids"].device))
+    if not box:
+        raise ValueError(f"{type(model).__name__}'s forward never called its LM head")
+    return head, box[0]
+
+
+def nll_at(model, inputs: dict, rows: torch.Tensor, columns: torch.Tensor, targets: torch.Tensor,
+           temperature: float = 1.0, chunk: int = CHUNK, ignore_index: int = -100) -> torch.Tensor:
+    """-log p(targets[k]) predicted at position (rows[k], columns[k]): [K] fp32, the LM head run
+    only on the columns some target needs, CHUNK positions at a time."""
+    import torch
+
+    keep, where = torch.unique(columns, return_inverse=True)
+    head, hidden = hidden_at(model, inputs, keep)
+    device = hidden.device
+    picked = hidden[rows.to(device), where.to(device)]  # [K, H]
+    return chunked_nll(model, head, picked, targets.to(device), temperature, chunk, ignore_index)

@@ -1,0 +1,103 @@
+"""coa_lab/lm_head.py: log-probs and losses a chunk of positions at a time must equal the plain
+full-logits computation (values and gradients), and never project more than a chunk at once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from coa_lab.lm_head import CHUNK, chunked_nll, nll_at
+
+
+def _model(tie: bool = False, softcap: float | None = None):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tie)
+    model = LlamaForCausalLM(cfg)
+    if softcap is not None:
+        model.config.final_logit_softcapping = softcap
+    return model
+
+
+def _plain_nll(model, ids, attn, rows, columns, targets, temperature, softcap=None):
+    """The computation the chunked path replaces: every position's [V] logits at once."""
+    logits = model(input_ids=ids, attention_mask=attn).logits.float()  # [R, L, V]
+    picked = logits[rows, columns]
+    if softcap:
+        picked = torch.tanh(picked / softcap) * softcap
+    return torch.nn.functional.cross_entropy(picked / temperature, targets, reduction="none", ignore_index=-100)
+
+
+def _case(model, n_rows=3, length=13):
+    torch.manual_seed(1)
+    ids = torch.randint(0, model.config.vocab_size, (n_rows, length))
+    attn = torch.ones_like(ids)
+    attn[2, 10:] = 0
+    rows = torch.tensor([0, 0, 1, 2, 2, 2, 1, 0])
+    columns = torch.tensor([3, 11, 0, 9, 4, 5, 11, 7])
+    targets = ids[rows, columns + 1]
+    targets[4] = -100  # an ignored label scores 0
+    return ids, attn, rows, columns, targets
+
+
+@pytest.mark.parametrize("tie,softcap,chunk", [(False, None, 3), (True, None, 1), (False, 30.0, 5), (False, None, CHUNK)])
+def test_chunked_nll_equals_the_full_logits_values_and_gradients(tie, softcap, chunk):
+    model = _model(tie, softcap)
+    ids, attn, rows, columns, targets = _case(model)
+    want = _plain_nll(model, ids, attn, rows, columns, targets, 0.8, softcap)
+    want.sum().backward()
+    want_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    got = nll_at(model, {"input_ids": ids, "attention_mask": attn}, rows, columns, targets, 0.8, chunk=chunk)
+    got.sum().backward()
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    assert got[4] == 0 and (got[[0, 1, 2, 3, 5, 6, 7]] > 0).all()
+    assert set(want_grads) == {n for n, p in model.named_parameters() if p.grad is not None}
+    for name, grad in want_grads.items():  # the head's weight (tied to the embeddings or not) included
+        torch.testing.assert_close(model.get_parameter(name).grad, grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_the_head_never_projects_more_than_a_chunk_and_recomputes_in_the_backward():
+    model = _model()
+    ids, attn, rows, columns, targets = _case(model)
+    widths = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, a, out: widths.append(out.shape[-2]))
+    try:
+        nll_at(model, {"input_ids": ids, "attention_mask": attn}, rows, columns, targets, chunk=3).sum().backward()
+    finally:
+        hook.remove()
+    # the model's own call projects 0 positions; 8 targets in chunks of 3 (3, 3, 2), each
+    # projected once in the forward and once more in the backward (checkpointing)
+    assert widths[0] == 0 and sorted(widths[1:]) == [2, 2, 3, 3, 3, 3]
+    widths.clear()
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, a, out: widths.append(out.shape[-2]))
+    try:
+        with torch.no_grad():  # no backward to come: no recomputation
+            nll_at(model, {"input_ids": ids, "attention_mask": attn}, rows, columns, targets, chunk=3)
+    finally:
+        hook.remove()
+    assert widths == [0, 3, 3, 2]
+
+
+def test_an_empty_selection_is_a_zero_loss_that_still_backpropagates():
+    model = _model()
+    ids, attn, *_ = _case(model)
+    empty = torch.zeros(0, dtype=torch.long)
+    got = nll_at(model, {"input_ids": ids, "attention_mask": attn}, empty, empty, empty)
+    assert got.shape == (0,)
+    got.sum().backward()  # an SFT batch without labels must not break the Trainer's backward
+
+
+def test_chunked_nll_on_hidden_states_matches_cross_entropy():
+    torch.manual_seed(2)
+    head = torch.nn.Linear(8, 11, bias=True)
+    hidden, targets = torch.randn(10, 8), torch.randint(0, 11, (10,))
+
+    class Holder(torch.nn.Module):
+        config = None
+
+    got = chunked_nll(Holder(), head, hidden, targets, temperature=1.3, chunk=4)
+    want = torch.nn.functional.cross_entropy(head(hidden) / 1.3, targets, reduction="none")
+    torch.testing.assert_close(got, want)
