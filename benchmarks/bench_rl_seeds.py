@@ -103,6 +103,15 @@ def plot(out: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _finished_rl(run: Path, preset) -> dict | None:
+    """The RL summary of a seed whose stage ran all its steps (its adapter saved), else None."""
+    path = run / "rl" / "summary.json"
+    if not path.exists() or not (run / "rl" / "adapter" / "adapter_config.json").exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if len(summary.get("metrics", [])) == preset.rl.steps else None
+
+
 def weights_sha256(adapter: Path) -> str:
     import hashlib
 
@@ -151,6 +160,7 @@ def main() -> int:
     # greedy decoding under bf16 and fp32 differ on a few tasks, so SFT and every seed must be
     # scored in one mode (pin it with COA_LAB_CPU_BF16=0/1 across sessions)
     autocast = machine_start["bf16_autocast"]
+    t0 = time.time()
     earlier = runs_dir() / "bench" / f"{args.name}.json"
     if args.append and earlier.exists():
         out = json.loads(earlier.read_text())
@@ -179,21 +189,28 @@ def main() -> int:
         if seed in out["seeds"]:
             continue
         run = base / f"seed{seed}"
-        shutil.rmtree(run, ignore_errors=True)
-        (run / "sft").mkdir(parents=True)
-        (run / "sft" / "adapter").symlink_to(adapter.resolve())
-        screened = base / f"seed{out['seeds'][0]}" / "rl" / "pool.json" if out["seeds"] else args.pool_from
-        if out.get("pool") and not (screened and screened.exists()):  # --append elsewhere: the kept screening
-            screened = base / "pool.json"
-            screened.write_text(json.dumps(out["pool"], indent=2))
-        reuse = not args.screen_per_seed and screened is not None and screened.exists()
-        if reuse:  # the first seed's screening (RL's randomness varies, the pool does not)
-            (run / "rl").mkdir()
-            shutil.copy(screened, run / "rl" / "pool.json")
         seeded = get_preset(args.preset, **{**overrides, "rl": {**overrides.get("rl", {}), "seed": seed}})
-        t1 = time.time()
-        summary = pipeline.rl(seeded, run, reuse_pool=reuse)
-        rl_seconds = round(time.time() - t1, 1)
+        finished = _finished_rl(run, seeded) if args.append else None
+        if finished is not None:  # interrupted between its RL stage and its eval: score the adapter it left
+            print(f"--append: seed {seed}'s RL stage had finished ({run / 'rl'}); evaluating its adapter")
+            summary, rl_seconds = finished, finished["seconds"]
+        else:
+            summary, rl_seconds = None, None
+            shutil.rmtree(run, ignore_errors=True)
+        if summary is None:
+            (run / "sft").mkdir(parents=True)
+            (run / "sft" / "adapter").symlink_to(adapter.resolve())
+            screened = base / f"seed{out['seeds'][0]}" / "rl" / "pool.json" if out["seeds"] else args.pool_from
+            if out.get("pool") and not (screened and screened.exists()):  # --append elsewhere: the kept screening
+                screened = base / "pool.json"
+                screened.write_text(json.dumps(out["pool"], indent=2))
+            reuse = not args.screen_per_seed and screened is not None and screened.exists()
+            if reuse:  # the first seed's screening (RL's randomness varies, the pool does not)
+                (run / "rl").mkdir()
+                shutil.copy(screened, run / "rl" / "pool.json")
+            t1 = time.time()
+            summary = pipeline.rl(seeded, run, reuse_pool=reuse)
+            rl_seconds = round(time.time() - t1, 1)
         t1 = time.time()
         rl = pooled(evaluate(make_generator(seeded, run / "rl" / "adapter"), groups, tools, seeded, label="rl"), keys)
         metrics = summary["metrics"]

@@ -33,8 +33,9 @@ class ModelConfig:
 @dataclass
 class GenerationConfig:
     # "hf" (coa_lab.generation.decoding over any transformers model), "vllm" (an in-process engine on this
-    # GPU; GPU extra) or "vllm-server" (a separate `vllm serve` at server_url, e.g. its own node
-    # with tensor parallelism; RL pushes each new LoRA adapter to it; docs/scaling.md)
+    # GPU; GPU extra), "vllm-server" (a separate `vllm serve` at server_url, e.g. its own node
+    # with tensor parallelism; RL pushes each new LoRA adapter to it; docs/scaling.md) or "auto"
+    # (vLLM where it is installed and a GPU is present, else "hf": generation/backends.py)
     backend: str = "hf"
     # "vllm" in-process shares the GPU with the trainer: the engine's share of GPU memory (weights
     # + KV cache); the policy being trained, its optimizer and activations need the rest
@@ -52,6 +53,10 @@ class GenerationConfig:
     # rows decoded together. On CPU a decode step's matmuls get ~3x more done per token at 64
     # rows than at 8 (benchmarks/bench_rollouts.py), and finished rows leave the batch
     batch_size: int = 64
+    # the rows decoded at once from a KV-cache budget instead (GiB): as many full-length rows
+    # (prompt + max_response_tokens) as fit, at most batch_size (generation/backends.py; the
+    # planner sizes the same way). None: batch_size rows.
+    kv_budget_gib: float | None = None
     observation_chars: int = 300  # tool output is truncated before it enters the context
     # a tool call that has not answered by then becomes an error observation and the rollout
     # goes on: one hung tool (a dead search backend, a hand-written tool) never stalls the batch
@@ -239,8 +244,10 @@ def _gpu_3b_qlora() -> Preset:
         name="gpu-3b-qlora",
         model=ModelConfig(name="Qwen/Qwen2.5-3B-Instruct", dtype="bfloat16", load_in_4bit=True,
                           use_unsloth=True, lora_r=64, lora_alpha=128, gradient_checkpointing=True),
-        gen=GenerationConfig(backend="vllm", max_new_tokens=1024, max_turns=8,
-                             max_response_tokens=8192, batch_size=256, observation_chars=1500),
+        # vLLM where it is installed, else the lab's decoder on the GPU; its batch from a 12 GiB KV
+        # budget (40 full-length rows): weights + cache plan to 13.9 GiB, x1.3 fits a 24 GiB card
+        gen=GenerationConfig(backend="auto", max_new_tokens=1024, max_turns=8,
+                             max_response_tokens=8192, batch_size=256, kv_budget_gib=12.0, observation_chars=1500),
         capture=CaptureConfig(tasks={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, max_hops=6, teacher_max_new_tokens=1024),
         distill=DistillConfig(imported_per_suite=2000, max_trajectory_tokens=8192),
         sft=SFTConfig(epochs=3, learning_rate=1e-4, batch_size=4, grad_accum=8, max_length=8192, warmup_ratio=0.03),

@@ -25,11 +25,25 @@ import contextlib
 CHUNK = 1024
 
 
+def _unwrap(model):
+    """The model inside a DistributedDataParallel (or other `.module`) wrapper: the wrapper is
+    what runs the forward (its gradient hooks), the inner model owns the head."""
+    while getattr(model, "get_output_embeddings", None) is None and hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+def _sharded(module) -> bool:
+    """Whether the module's weights are sharded across ranks (ZeRO-3, FSDP): then its head is only
+    whole inside the engine's own forward, so the plain path is taken (see nll_at)."""
+    return any(hasattr(p, "ds_id") or type(p).__name__ in ("DTensor", "FlatParameter") for p in module.parameters())
+
+
 @contextlib.contextmanager
 def _captured_head_input(model):
     """Inside: the model's forward skips its LM head (the head sees an empty slice of positions)
     and `box[0]` receives the hidden states the head would have projected, [R, K, H]."""
-    head = model.get_output_embeddings()
+    head = _unwrap(model).get_output_embeddings()
     if head is None:
         raise ValueError(f"{type(model).__name__} has no output embeddings (LM head) to score tokens with")
     box: list = []
@@ -47,7 +61,7 @@ def _captured_head_input(model):
 
 def _softcap(model) -> float | None:
     """Gemma-style final logit soft-capping, applied by such models after their head."""
-    config = getattr(model, "config", None)
+    config = getattr(_unwrap(model), "config", None)
     return getattr(config, "final_logit_softcapping", None) if config is not None else None
 
 
@@ -97,6 +111,15 @@ def nll_at(model, inputs: dict, rows: torch.Tensor, columns: torch.Tensor, targe
     import torch
 
     keep, where = torch.unique(columns, return_inverse=True)
+    head = _unwrap(model).get_output_embeddings()
+    if head is not None and _sharded(head):
+        # ZeRO-3 / FSDP gather a layer's weights around the engine's own forward only: calling
+        # the head outside it is not proven here (no multi-GPU run), so sharded full fine-tunes
+        # keep the unchunked head, and `coa-lab plan` counts their whole logits
+        device = inputs["input_ids"].device
+        logits = model(**inputs, logits_to_keep=keep.to(device)).logits[rows.to(device), where.to(device)].float()
+        return torch.nn.functional.cross_entropy(logits / temperature, targets.to(device), reduction="none",
+                                                 ignore_index=ignore_index)
     head, hidden = hidden_at(model, inputs, keep)
     device = hidden.device
     picked = hidden[rows.to(device), where.to(device)]  # [K, H]

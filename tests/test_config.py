@@ -123,7 +123,8 @@ def test_gpu_3b_qlora_paper_rl_settings():
     assert p.rl.clip_low == 0.2 and p.rl.clip_high == 0.28  # DAPO clip-higher
     assert p.rl.learning_rate == 1e-6
     assert p.model.load_in_4bit is True and p.model.lora_r > 0
-    assert p.gen.backend == "vllm"
+    assert p.gen.backend == "auto"  # vLLM where installed, else the lab's decoder on the GPU (issue 28)
+    assert p.gen.kv_budget_gib is not None
 
 
 def test_multinode_is_full_finetune():

@@ -101,3 +101,35 @@ def test_chunked_nll_on_hidden_states_matches_cross_entropy():
     got = chunked_nll(Holder(), head, hidden, targets, temperature=1.3, chunk=4)
     want = torch.nn.functional.cross_entropy(head(hidden) / 1.3, targets, reduction="none")
     torch.testing.assert_close(got, want)
+
+
+def test_a_wrapped_model_is_unwrapped_for_its_head_and_a_sharded_head_takes_the_plain_path(monkeypatch):
+    """Under DDP the wrapper runs the forward and the inner model owns the head; a ZeRO-3 / FSDP
+    head (its weights whole only inside the engine's forward) falls back to the unchunked path."""
+    from coa_lab import lm_head
+
+    model = _model()
+    ids, attn, rows, columns, targets = _case(model)
+    want = nll_at(model, {"input_ids": ids, "attention_mask": attn}, rows, columns, targets, 0.8, chunk=3)
+
+    class Wrapper(torch.nn.Module):  # what DistributedDataParallel looks like from outside
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, **kw):
+            return self.module(**kw)
+
+    got = nll_at(Wrapper(model), {"input_ids": ids, "attention_mask": attn}, rows, columns, targets, 0.8, chunk=3)
+    torch.testing.assert_close(got, want)
+    model.get_output_embeddings().weight.ds_id = 7  # what a ZeRO-3 parameter carries
+    widths = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, a, out: widths.append(out.shape[-2]))
+    try:
+        plain = nll_at(model, {"input_ids": ids, "attention_mask": attn}, rows, columns, targets, 0.8, chunk=3)
+    finally:
+        hook.remove()
+        del model.get_output_embeddings().weight.ds_id
+    assert widths == [len(torch.unique(columns))]  # one projection of every needed column: the plain path
+    torch.testing.assert_close(plain, want, atol=1e-6, rtol=1e-5)
+    assert lm_head._sharded(torch.nn.Linear(2, 2)) is False

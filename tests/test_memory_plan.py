@@ -78,7 +78,10 @@ def test_sharding_divides_what_zero_shards():
     one, eight = plan(full, 1), plan(full, 8)
     assert eight.weights_gib == pytest.approx(one.weights_gib / 8)  # ZeRO-3: weights too
     assert eight.optimizer_gib == pytest.approx(one.optimizer_gib / 8)
-    assert eight.activations_gib == one.activations_gib and eight.logits_gib == one.logits_gib
+    assert eight.activations_gib == one.activations_gib
+    # logits are per GPU too; sharded (ZeRO-3 over 8) keeps the unchunked head, one GPU chunks it
+    assert eight.logits_gib == plan(full, 16).logits_gib == plan(full, 8, logits_chunk=None).logits_gib
+    assert one.logits_gib < eight.logits_gib / 10
     lora = get_preset("gpu-3b-qlora")
     a, b = plan(lora, 1), plan(lora, 4)
     assert b.weights_gib == a.weights_gib  # the frozen base is replicated

@@ -1,6 +1,8 @@
 """Everything that turns prompts into tokens: loading a model, the backends that sample from it
 and the lab's own decoder underneath, and serving a model over HTTP.
 
+- backends.py: gen.backend "auto" (vLLM if installed with a GPU, else the lab's decoder) and the
+  rollout batch from gen.kv_budget_gib.
 - llm.py: `make_generator` / `rl_sampler`, the backend a preset asks for; the backends are
   hf_generator.py (any HF model, this process), vllm_engine.py (vLLM in this process),
   vllm_server.py (a separate `vllm serve`) and openai_backend.py (any OpenAI-compatible chat

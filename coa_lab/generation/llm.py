@@ -13,14 +13,17 @@ and `rl_sampler` (RL's separate vLLM sampler).
 
 from __future__ import annotations
 
+from coa_lab.generation.backends import resolve_backend, rollout_batch
 from coa_lab.generation.hf_generator import HFGenerator
 from coa_lab.generation.vllm_engine import VLLMGenerator
 from coa_lab.generation.vllm_server import VLLMServerGenerator
 
 
 def make_generator(preset, adapter=None, model_name: str | None = None, keep_prefixes: bool = False):
-    """The preset's generation backend: "hf" (transformers, any device), "vllm" (GPU extra) or
-    "vllm-server" (a separate `vllm serve` at gen.server_url; the adapter is pushed to it).
+    """The preset's generation backend: "hf" (transformers, any device), "vllm" (GPU extra),
+    "vllm-server" (a separate `vllm serve` at gen.server_url; the adapter is pushed to it) or
+    "auto" (vLLM where installed with a GPU, else "hf"). The "hf" decoder takes
+    gen.batch_size rows at once, or what gen.kv_budget_gib holds (generation/backends.py).
 
     adapter: a LoRA adapter directory (SFT/RL output) to sample from; model_name: another
     model than the preset's (a stronger teacher, say); keep_prefixes: "hf" keeps shared prompt
@@ -31,20 +34,21 @@ def make_generator(preset, adapter=None, model_name: str | None = None, keep_pre
 
     cfg = preset.model if model_name is None else dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
     cfg, adapter = _full_model_as_base(cfg, adapter)
-    if preset.gen.backend == "vllm":
+    backend = resolve_backend(preset.gen.backend)
+    if backend == "vllm":
         gen = VLLMGenerator(resolve_model(cfg.name), load_tokenizer(cfg.name), max_lora_rank=max(cfg.lora_r, 8),
                             gpu_memory_utilization=preset.gen.vllm_memory_fraction)
         gen.set_adapter(adapter)
         return gen
-    if preset.gen.backend == "vllm-server":
+    if backend == "vllm-server":
         gen = VLLMServerGenerator(_server_url(preset), load_tokenizer(cfg.name), model=model_name,
                                   api_key_env=preset.gen.server_api_key_env)
         gen.set_adapter(adapter)
         return gen
-    if preset.gen.backend != "hf":
-        raise ValueError(f"unknown generation backend {preset.gen.backend!r}; use 'hf', 'vllm' or 'vllm-server'")
+    if backend != "hf":
+        raise ValueError(f"unknown generation backend {preset.gen.backend!r}; use 'hf', 'vllm', 'vllm-server' or 'auto'")
     model, tokenizer = load_model(cfg, adapter=adapter)
-    return HFGenerator(model, tokenizer, preset.gen.batch_size, compute=lambda: compute_context(model, cfg),
+    return HFGenerator(model, tokenizer, rollout_batch(preset.gen, model), compute=lambda: compute_context(model, cfg),
                        keep_prefixes=keep_prefixes)
 
 
@@ -81,9 +85,10 @@ def rl_sampler(preset, tokenizer, adapter):
         raise ValueError("RL with vLLM sampling needs a LoRA policy (model.lora_r > 0); "
                          "for full fine-tuning set gen.backend='hf'")
     cfg, adapter = _full_model_as_base(preset.model, adapter)
-    if preset.gen.backend == "vllm-server":
+    backend = resolve_backend(preset.gen.backend)
+    if backend == "vllm-server":
         gen = VLLMServerGenerator(_server_url(preset), tokenizer, api_key_env=preset.gen.server_api_key_env)
-    elif preset.gen.backend == "vllm":
+    elif backend == "vllm":
         gen = VLLMGenerator(resolve_model(cfg.name), tokenizer, max_lora_rank=preset.model.lora_r,
                             gpu_memory_utilization=preset.gen.vllm_memory_fraction)
     else:

@@ -17,10 +17,12 @@ Every term is a formula you can check by hand (tests/test_memory_plan.py does):
                  and its fp32 gradient), c V x 8 in fp32, with c = min(b s, lm_head.CHUNK): the
                  LM head runs a chunk of positions at a time and recomputes it in the backward
                  (coa_lab/lm_head.py). Unchunked (c = b s, `logits_chunk=None`, what the lab did
-                 before issue 28) this was the largest activation of a long sequence: 46 GiB at
-                 4 x 8,192 positions over a 152k vocabulary
+                 before issue 28, and what sharded full fine-tunes still do: ZeRO-3/FSDP gather
+                 the head's weights inside their own forward only) this is the largest activation
+                 of a long sequence: 46 GiB at 4 x 8,192 positions over a 152k vocabulary
     kv cache     rollouts: 2 (K and V) x layers x kv_heads x head_dim x 2 bytes per token, for
-                 gen.batch_size sequences of prompt + max_response_tokens
+                 gen.batch_size sequences of prompt + max_response_tokens, or as many as
+                 gen.kv_budget_gib holds (generation/backends.rows_for_budget, what the decoder uses)
 
 Sharding over N GPUs: ZeRO-3 / FSDP divides weights, gradients and optimizer states by N; LoRA runs
 (ZeRO-2 / DDP) divide the gradients and optimizer states only. Activations, logits and the KV cache
@@ -36,10 +38,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from coa_lab.config import EMBEDDED_MODEL, ModelConfig, Preset
+from coa_lab.generation.backends import PROMPT_TOKENS, rows_for_budget
 from coa_lab.lm_head import CHUNK
 
 GIB = 1024**3
-PROMPT_TOKENS = 512  # a typical prompt: the rollouts' KV cache and length assume it
+# PROMPT_TOKENS (generation/backends.py): the typical prompt the rollouts' KV cache and length assume
 
 # Shapes of the presets' models (their config.json), so a plan needs no download and no transformers.
 KNOWN_SHAPES = {
@@ -159,7 +162,8 @@ class MemoryPlan:
     activations_ckpt_gib: float
     logits_gib: float
     kv_per_sequence_mib: float  # one rollout at full length (prompt + max_response_tokens)
-    kv_cache_gib: float  # gen.batch_size of them at once: the worst case (vLLM pages and queues the rest)
+    rollout_batch: int  # rows decoded at once: gen.batch_size, or what gen.kv_budget_gib holds
+    kv_cache_gib: float  # rollout_batch of them at once: the worst case (vLLM pages and queues the rest)
     train_total_gib: float  # weights + gradients + optimizer + activations + logits
     rollout_total_gib: float  # weights + KV cache (a separate vLLM engine holds its own copy)
 
@@ -191,16 +195,19 @@ def plan(preset: Preset, gpus: int = 1, shape: ModelShape | None = None,
     act_full = shape.layers * 34 * s * b * h
     act_ckpt = shape.layers * 2 * s * b * h + 34 * s * b * h
     activations = act_ckpt if m.gradient_checkpointing else act_full
-    positions = b * s if logits_chunk is None else min(b * s, logits_chunk)
+    # sharded full fine-tunes (ZeRO-3 / FSDP over several GPUs) keep the unchunked head (lm_head.nll_at)
+    sharded = full and gpus > 1
+    positions = b * s if logits_chunk is None or sharded else min(b * s, logits_chunk)
     logits = positions * shape.vocab * (2 + 4 + 4 if half else 4 + 4)
     g = preset.gen
     kv_sequence = kv_bytes_per_token(shape) * (g.max_response_tokens + PROMPT_TOKENS)
-    kv = kv_sequence * g.batch_size
+    rows = rows_for_budget(g, kv_sequence)  # the decoder sizes its batch the same way (generation/backends.py)
+    kv = kv_sequence * rows
     train = weights + grads + optimizer + activations + logits
     return MemoryPlan(
         params=n, trainable=trainable, weights_gib=weights / GIB, gradients_gib=grads / GIB,
         optimizer_gib=optimizer / GIB, activations_gib=activations / GIB, activations_no_ckpt_gib=act_full / GIB,
-        activations_ckpt_gib=act_ckpt / GIB, logits_gib=logits / GIB, kv_per_sequence_mib=kv_sequence / 1024**2, kv_cache_gib=kv / GIB,
+        activations_ckpt_gib=act_ckpt / GIB, logits_gib=logits / GIB, kv_per_sequence_mib=kv_sequence / 1024**2, rollout_batch=rows, kv_cache_gib=kv / GIB,
         train_total_gib=train / GIB, rollout_total_gib=(weights + kv) / GIB,
     )
 

@@ -156,7 +156,7 @@ def format_report(r: dict) -> str:
     lines += [f"  {name:<36} {v:>9.2f}" for name, v in rows]
     lines.append(f"  {'train total':<36} {mem['train_total_gib']:>9.2f}   {r['fits']['train']}")
     lines.append(f"  {'KV cache of the rollout batch':<36} {mem['kv_cache_gib']:>9.2f}   "
-                 f"({mem['kv_per_sequence_mib']:.0f} MiB per full-length rollout)")
+                 f"({mem['rollout_batch']} rows x {mem['kv_per_sequence_mib']:.0f} MiB per full-length rollout)")
     lines.append(f"  {'rollout total':<36} {mem['rollout_total_gib']:>9.2f}   {r['fits']['rollout']}")
     lines += [f"  fits: estimate x {r['fits']['margin']} <= {memory:g} GiB (plan() ran up to 20% under the H100's",
               "  measured peaks); tight: only the estimate itself fits", "", "time per step (estimates)"]

@@ -49,14 +49,17 @@ class GPUSpec:
     memory_gib: float
 
 
-# Vendor datasheets (NVIDIA H100 SXM, H200 SXM, A100 80GB SXM, L4): dense bf16, no 2:4
+# Vendor datasheets (NVIDIA H100 SXM, H200 SXM, A100 80GB SXM, L4, A10, T4): dense bf16, no 2:4
 # sparsity (the datasheets' headline figures are twice these, with sparsity). Memory as the
-# datasheets give it; the measured H100 80GB HBM3 reports 81,559 MiB (79.6 GiB) in total.
+# datasheets give it; the measured H100 80GB HBM3 reports 81,559 MiB (79.6 GiB) in total. The T4
+# has no bf16: its row is fp16 tensor-core throughput (65 TFLOP/s), what a 16-bit run gets there.
 GPUS = {
     "H100": GPUSpec("NVIDIA H100 SXM 80GB", bf16_tflops=989.0, hbm_gbps=3350.0, memory_gib=80.0),
     "H200": GPUSpec("NVIDIA H200 SXM 141GB", bf16_tflops=989.0, hbm_gbps=4800.0, memory_gib=141.0),
     "A100": GPUSpec("NVIDIA A100 80GB SXM", bf16_tflops=312.0, hbm_gbps=2039.0, memory_gib=80.0),
     "L4": GPUSpec("NVIDIA L4 24GB", bf16_tflops=121.0, hbm_gbps=300.0, memory_gib=24.0),
+    "A10": GPUSpec("NVIDIA A10 24GB", bf16_tflops=125.0, hbm_gbps=600.0, memory_gib=24.0),
+    "T4": GPUSpec("NVIDIA T4 16GB", bf16_tflops=65.0, hbm_gbps=320.0, memory_gib=16.0),
 }
 
 

@@ -83,6 +83,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     import torch
     from coa_lab.progress import progress_bar
 
+    from coa_lab.generation.backends import resolve_backend, rollout_batch
     from coa_lab.generation.hf_generator import HFGenerator
     from coa_lab.generation.models import compute_context, load_model
     from coa_lab.trajectories import load_records
@@ -104,16 +105,16 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     compute = lambda: compute_context(model, preset.model)  # noqa: E731 - same numerics for sampling and training
     if generator_factory is not None:
         generator = generator_factory(model, tokenizer)
-    elif preset.gen.backend in ("vllm", "vllm-server"):  # samples from the adapter on disk, pushed after each update
+    elif resolve_backend(preset.gen.backend) in ("vllm", "vllm-server"):  # samples the adapter on disk, pushed after each update
         from coa_lab.generation.llm import rl_sampler
 
         generator = rl_sampler(preset, tokenizer, checkpoint / "adapter" if checkpoint else adapter)
     elif rl.rollout_int8:  # an int8 copy samples, rebuilt after every update; TIS corrects the loss
         from coa_lab.rl.int8_rollouts import Int8Rollouts
 
-        generator = Int8Rollouts(model, tokenizer, preset.gen.batch_size)
+        generator = Int8Rollouts(model, tokenizer, rollout_batch(preset.gen, model))
     else:  # the policy itself samples: always the current weights
-        generator = HFGenerator(model, tokenizer, preset.gen.batch_size, compute=compute)
+        generator = HFGenerator(model, tokenizer, rollout_batch(preset.gen, model), compute=compute)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=rl.learning_rate, weight_decay=0.0)
     reference = None
