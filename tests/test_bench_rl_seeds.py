@@ -1,0 +1,60 @@
+"""benchmarks/bench_rl_seeds.py's bookkeeping: the issue's targets computed from the seeds, and
+which interrupted seed --append may score without training it again."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from coa_lab.config import get_preset
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))  # the script imports results.py from beside it
+    try:
+        yield importlib.import_module("bench_rl_seeds")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _out(gains, formats, curves, sft_format=0.97):
+    return {"gains": gains, "rl_format_valid": formats, "sft_format_valid": sft_format,
+            "train_accuracy_by_step": curves}
+
+
+def test_targets_met_only_when_every_condition_holds(bench):
+    up = [0.5, 0.5, 0.6, 0.6, 0.7, 0.7]
+    good = _out([0.06, 0.05, 0.07, 0.05, 0.06], [0.97] * 5, [up] * 5)
+    t = bench.targets(good)
+    assert t == {"seeds_done": 5, "rl_ge_sft": 5, "mean_gain_points": 5.8, "worst_format_drop_points": 0.0,
+                 "last_third_ge_first_third": 5, "met": True}
+    assert not bench.targets({**good, "gains": [0.10, 0.10, 0.10, 0.10, -0.01]})["met"]  # one seed below SFT
+    assert not bench.targets({**good, "gains": [0.04] * 5})["met"]  # mean under +5 points
+    assert not bench.targets({**good, "rl_format_valid": [0.97, 0.97, 0.94, 0.97, 0.97]})["met"]  # format -3
+    down = list(reversed(up))
+    assert not bench.targets({**good, "train_accuracy_by_step": [up, up, up, down, down]})["met"]  # 3 of 5 climb
+    assert not bench.targets({**good, "gains": good["gains"][:4], "rl_format_valid": [0.97] * 4,
+                              "train_accuracy_by_step": [up] * 4})["met"]  # four seeds are not five
+    assert bench.thirds([1.0, 0.0]) is None and bench.thirds([0.0, 1.0, 1.0]) == (0.0, 1.0)
+
+
+def test_append_scores_only_a_seed_whose_rl_stage_finished(bench, tmp_path):
+    preset = get_preset("cpu-tiny")
+    run = tmp_path / "seed3"
+    assert bench._finished_rl(run, preset) is None  # nothing there
+    (run / "rl" / "adapter").mkdir(parents=True)
+    summary = {"metrics": [{"step": i} for i in range(preset.rl.steps)], "seconds": 700.0}
+    (run / "rl" / "summary.json").write_text(json.dumps(summary))
+    assert bench._finished_rl(run, preset) is None  # no saved adapter
+    (run / "rl" / "adapter" / "adapter_config.json").write_text("{}")
+    assert bench._finished_rl(run, preset) == summary
+    short = {**summary, "metrics": summary["metrics"][:-1]}  # stopped one step early
+    (run / "rl" / "summary.json").write_text(json.dumps(short))
+    assert bench._finished_rl(run, preset) is None
