@@ -345,7 +345,7 @@ def test_the_in_process_engine_leaves_the_trainer_its_share_of_the_gpu(monkeypat
             self.adapters.append(adapter_dir)
 
     monkeypatch.setattr(llm, "VLLMGenerator", FakeEngine)
-    preset = get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.4})
+    preset = get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.4, "backend": "vllm"})
     gen = rl_sampler(preset, None, "runs/x/sft/adapter")
     assert built[-1][1:] == (64, {"gpu_memory_utilization": 0.4}) and gen.adapters == ["runs/x/sft/adapter"]
     full = tmp_path / "sft_full"
