@@ -316,3 +316,12 @@ def test_probability_gap_is_per_masked_token():
     sampled = torch.log(torch.tensor([[0.5, 0.3, 0.1]]))
     gap = dapo.probability_gap(train, sampled, torch.tensor([[1, 1, 0]]))
     assert torch.allclose(gap, torch.tensor([0.0, 0.1]), atol=1e-6)  # the unmasked 0.8 gap is not counted
+
+
+def test_token_logprobs_with_nothing_to_score_still_backpropagates(tiny_llama):
+    """start == length (every response empty): zeros, but a loss built on them must not break backward."""
+    ids = torch.randint(0, 50, (2, 5))
+    out = token_logprobs(tiny_llama, ids, torch.ones_like(ids), start=5)
+    assert out.shape == (2, 5) and torch.all(out == 0)
+    out.sum().backward()
+    tiny_llama.zero_grad(set_to_none=True)

@@ -138,15 +138,13 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     batch, length = input_ids.shape
     start = max(1, min(int(start), length))
     temperature = check_temperature(temperature)
-    if start == length:
-        return torch.zeros(input_ids.shape, device=input_ids.device)
     # position t-1 predicts token t, for t = start..L-1 of every row; the LM head runs there
     # only, a chunk of positions at a time (coa_lab/lm_head.py: no [B, L, V] logits tensor)
     columns = torch.arange(start - 1, length - 1, device=input_ids.device)
     rows = torch.arange(batch, device=input_ids.device).repeat_interleave(len(columns))
     nll = nll_at(model, {"input_ids": input_ids, "attention_mask": attention_mask}, rows, columns.repeat(batch),
                  input_ids[:, start:].reshape(-1), temperature)
-    return torch.nn.functional.pad(-nll.view(batch, -1), (start, 0))  # [B, L]
+    return torch.nn.functional.pad(-nll.view(batch, length - start), (start, 0))  # [B, L], on the graph even when empty
 
 
 def check_temperature(temperature: float) -> float:
