@@ -200,6 +200,9 @@ def main() -> int:
         if summary is None:
             (run / "sft").mkdir(parents=True)
             (run / "sft" / "adapter").symlink_to(adapter.resolve())
+            distilled = adapter.resolve().parent.parent / "distill"  # the SFT set: rl.sft_coef mixes it in
+            if distilled.exists():
+                (run / "distill").symlink_to(distilled)
             screened = base / f"seed{out['seeds'][0]}" / "rl" / "pool.json" if out["seeds"] else args.pool_from
             if out.get("pool") and not (screened and screened.exists()):  # --append elsewhere: the kept screening
                 screened = base / "pool.json"

@@ -89,8 +89,9 @@ def signal_rollouts(row: dict) -> int:
 
 
 def dapo_ablation(preset: Preset, pool: list, tools, out_dir: str | Path, adapter: str | Path | None,
-                  arms: dict[str, dict] | None = None) -> dict:
-    """One RL run per arm (default DAPO_ARMS), all from `adapter` on the same pool and seed."""
+                  arms: dict[str, dict] | None = None, sft_records: list | None = None) -> dict:
+    """One RL run per arm (default DAPO_ARMS), all from `adapter` on the same pool and seed;
+    sft_records: the SFT set, for a preset that mixes its loss in (rl.sft_coef)."""
     from coa_lab.rl.trainer import train_rl
     from coa_lab.trajectories import load_records
 
@@ -101,7 +102,7 @@ def dapo_ablation(preset: Preset, pool: list, tools, out_dir: str | Path, adapte
     for arm, overrides in (arms or DAPO_ARMS).items():
         arm_preset = dataclasses.replace(preset, rl=dataclasses.replace(preset.rl, **overrides))
         t0 = time.time()
-        run = train_rl(arm_preset, list(pool), tools, out_dir / _slug(arm), adapter=adapter)
+        run = train_rl(arm_preset, list(pool), tools, out_dir / _slug(arm), adapter=adapter, sft_records=sft_records)
         sampled = sum(r["sampled_groups"] for r in run.metrics) * arm_preset.rl.group_size
         signal = sum(signal_rollouts(r) for r in run.metrics)
         in_update = sum(r["kept_groups"] for r in run.metrics) * arm_preset.rl.group_size

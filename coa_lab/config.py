@@ -180,6 +180,14 @@ class RLConfig:
     # token, weighed by kl_coef and averaged like the loss. 0: none, as in DAPO and the AFM
     # release. A guard against drift, chosen (or not) on the validation split (docs/design.md).
     kl_coef: float = 0.0
+    # InstructGPT's PPO-ptx, with the SFT data as the mix: every optimizer step adds sft_coef x
+    # the masked SFT loss on sft_rows trajectories of the distilled set (distill/kept.jsonl).
+    # Why: RL's LoRA update is shared by every question template, and a phrase rewarded on one
+    # spreads to others it never sampled well. Measured on validation without it: "Start with
+    # X, take away Y" (rewarded on warehouse questions) replaced "Only hens lay eggs: X * n"
+    # on farm questions SFT had solved (docs/design.md, "Why RL fell, part 2"). 0: off.
+    sft_coef: float = 0.0
+    sft_rows: int = 8
 
 
 @dataclass
@@ -220,7 +228,9 @@ def _cpu_tiny() -> Preset:
     # SFT adapter: a step's gradient came from 1-3 question templates, and the "Only hens lay
     # eggs" reasoning reinforced on farm questions spread to the school ones (held-out arith
     # 0.81 -> 0.69 after RL); more questions per step average the update across templates.
-    return Preset(name="cpu-tiny", rl=RLConfig(prompts_per_step=6, group_size=4))
+    # the SFT loss mixed into RL (PPO-ptx): validation, seed 0, 128 tasks: 0.797 -> 0.844 with it,
+    # 0.773 without (docs/design.md, "Why RL fell, part 2")
+    return Preset(name="cpu-tiny", rl=RLConfig(prompts_per_step=6, group_size=4, sft_coef=1.0))
 
 
 def _cpu_smoke() -> Preset:

@@ -212,7 +212,17 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
         _write_json(run / "rl" / "pool.json", {**report.to_dict(), "fallback_to_all_candidates": fallback,
                                               "anchors": [t.id for t in anchors], "pool": [t.id for t in pool]})
     screen_seconds = round(time.time() - t0, 1)
-    result = train_rl(preset, pool, tools, run / "rl", adapter=adapter, anchors=anchors, resume=resume)
+    sft_records = None
+    if r.sft_coef > 0:  # the SFT set, mixed into every update (rl.sft_coef, PPO-ptx)
+        from coa_lab.trajectories import load_records
+
+        kept = run / "distill" / "kept.jsonl"
+        if not kept.exists():
+            raise FileNotFoundError(f"{kept} is missing: rl.sft_coef > 0 mixes the SFT trajectories into RL; "
+                                    "run the distill stage first, or set rl.sft_coef=0")
+        sft_records = load_records(kept)
+    result = train_rl(preset, pool, tools, run / "rl", adapter=adapter, anchors=anchors, resume=resume,
+                      sft_records=sft_records)
     summary = {"steps": len(result.metrics), "metrics": result.metrics, "pool": len(pool), "anchors": len(anchors),
                "pool_candidates": len(candidates), "pool_histogram": report.histogram,
                "pool_fallback": fallback, "pool_seconds": screen_seconds, "seconds": round(time.time() - t0, 1)}

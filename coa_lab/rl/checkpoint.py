@@ -61,7 +61,7 @@ CHECKPOINT = "checkpoint"
 
 
 def save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: TaskCycle, anchor_iter, n_sampled: int,
-                     reference=None) -> None:
+                     reference=None, sft_iter: TaskCycle | None = None) -> None:
     """out_dir/checkpoint: the adapter, the optimizer, the next step, every RNG and how far each
     task stream got. Written beside the old one and swapped in, so a kill mid-save leaves one."""
 
@@ -80,7 +80,8 @@ def save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: TaskC
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                 "pool": pool_iter.state(), "anchors_drawn": anchor_iter.n if anchor_iter is not None else 0,
                 "sampled_records": n_sampled,
-                "reference": reference.state() if reference is not None else None}, tmp / "state.pt")
+                "reference": reference.state() if reference is not None else None,
+                "sft_mix": sft_iter.state() if sft_iter is not None else None}, tmp / "state.pt")
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)

@@ -18,7 +18,9 @@ Where each part lives: sampling and scoring (1-3) in rl/rollouts.py, the update 
 rl/update.py, checkpoints and the resumable task streams in rl/checkpoint.py; this module is
 the loop that runs them and writes the run folder.
 
-Simplifications, on purpose: no KL term and no critic (as DAPO); one pass over each batch;
+Switches beyond DAPO, off unless a preset sets them: a KL term to the SFT policy (rl.kl_coef)
+and the SFT loss mixed into each step (rl.sft_coef, InstructGPT's PPO-ptx).
+Simplifications, on purpose: no critic (as DAPO); one pass over each batch;
 sampling and training share one process (on GPU the vLLM generator swaps in the adapter).
 """
 
@@ -68,7 +70,8 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adapter: str | Path | None = None,
-             generator_factory=None, anchors: list | None = None, resume: bool = False, on_step=None) -> RLResult:
+             generator_factory=None, anchors: list | None = None, resume: bool = False, on_step=None,
+             sft_records: list[TrajectoryRecord] | None = None) -> RLResult:
     """Run `preset.rl.steps` DAPO steps from `adapter` (the SFT output) on `train_tasks`;
     `anchors` (questions the SFT policy always solved) are sampled beside them, see collect_batch.
 
@@ -76,6 +79,8 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     step, the RNG states and how far the task streams got; resume=True continues from it (the
     metrics and sampled rollouts before it are kept) and is a fresh start when there is none.
     on_step(step, row, model): called on every rank after each step (a live plot, a test's probe).
+    sft_records: the SFT set (distill/kept.jsonl), needed when rl.sft_coef > 0: each optimizer
+    step adds rl.sft_coef x the masked SFT loss on rl.sft_rows of them, drawn in turn (PPO-ptx).
 
     Under `accelerate launch` (configs/ddp.yaml) every rank runs this function: they draw the
     same tasks, each rolls out its share, and the update's gradient is summed over the ranks
@@ -130,6 +135,18 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     pool = list(train_tasks)
     if not pool:
         raise ValueError("RL needs training tasks; the pool is empty")
+    sft_iter = None
+    if rl.sft_coef < 0:
+        raise ValueError(f"rl.sft_coef must be >= 0 (0 turns the SFT mix off), got {rl.sft_coef}")
+    if rl.sft_coef > 0:
+        if not sft_records:
+            raise ValueError("rl.sft_coef > 0 mixes the SFT loss into RL, but no SFT trajectories were given "
+                             "(distill/kept.jsonl); set rl.sft_coef=0 or run the distill stage first")
+        from coa_lab.sft import encode_example, record_messages
+
+        encoded = {rec.id: encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length,
+                                          mask_observations=preset.sft.mask_observations) for rec in sft_records}
+        sft_iter = TaskCycle(list(sft_records))
 
     pool_iter = TaskCycle(pool)
     anchor_iter = CountedStream(anchor_stream(list(anchors), seed)) if anchors and rl.anchors_per_step > 0 else None
@@ -139,6 +156,11 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     if state is not None:  # continue exactly where the checkpoint left off
         optimizer.load_state_dict(state["optimizer"])
         pool_iter.restore(state["pool"])
+        if sft_iter is not None:
+            if state.get("sft_mix") is None:
+                raise ValueError("rl.sft_coef > 0, but the checkpoint was written without the SFT mix; "
+                                 "resume with the settings the run started with (rl.sft_coef=0)")
+            sft_iter.restore(state["sft_mix"])
         if anchor_iter is not None:
             anchor_iter.skip(state["anchors_drawn"])
         random.setstate(state["python_random"])
@@ -194,8 +216,11 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 "signal_rollouts": int((dapo.group_advantages(torch.tensor(rewards)) != 0).sum()) if groups else 0,
             }
             if groups:
+                # PPO-ptx: one draw of rl.sft_rows SFT trajectories per optimizer step
+                sft_batches = [[encoded[next(sft_iter).id] for _ in range(rl.sft_rows)]
+                               for _ in range(rl.mini_batches)] if sft_iter is not None else None
                 row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute,
-                                         reference=reference))
+                                         reference=reference, sft_batches=sft_batches))
                 if hasattr(generator, "refresh"):  # the int8 copy: rebuilt from the new weights
                     generator.refresh()
                 if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
@@ -228,6 +253,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 model.save_pretrained(adapter_dir)
                 tokenizer.save_pretrained(adapter_dir)
             if rl.save_steps > 0 and ((step + 1) % rl.save_steps == 0 or step + 1 == rl.steps):
-                save_checkpoint(out_dir, model, optimizer, step, pool_iter, anchor_iter, len(sampled), reference)
+                save_checkpoint(out_dir, model, optimizer, step, pool_iter, anchor_iter, len(sampled), reference,
+                                sft_iter)
     distributed.barrier()  # rank 0's files are complete before any rank returns
     return RLResult(adapter_dir, metrics)

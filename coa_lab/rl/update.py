@@ -45,12 +45,35 @@ def _micro_batches(groups, mini_batches: int) -> list[list[list[int]]]:
     return out
 
 
+def _sft_mix(model, rows: list[dict], coef: float, pad_id: int, packed: bool, device, compute, world: int,
+             me: int) -> float:
+    """Backward of coef x the masked SFT loss (the mean over every labelled token of `rows`, as
+    in SFT) into the gradients the policy loss left; this rank takes rows me, me + world, ... so
+    the ranks' summed gradient is the whole batch's. Returns the loss (this rank's share)."""
+    import torch
+
+    from coa_lab.sft import IGNORE_INDEX, masked_lm_loss, pack_batch, pad_batch
+
+    labelled = sum(sum(1 for x in r["labels"][1:] if x != IGNORE_INDEX) for r in rows)
+    share = rows[me::world]
+    if not share or not labelled:
+        return 0.0
+    batch = (pack_batch if packed else pad_batch)(share, pad_id)
+    batch = {k: v.to(device) for k, v in batch.items()}
+    with compute():
+        loss = masked_lm_loss(model, batch, num_items_in_batch=torch.tensor(labelled, device=device))
+    (coef * loss).backward()
+    return float(loss.detach())
+
+
 def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int, compute=None,
-                  packed: bool | None = None, reference=None) -> dict:
+                  packed: bool | None = None, reference=None, sft_batches: list[list[dict]] | None = None) -> dict:
     """Old log-probs, advantages, then mini-batch steps on the DAPO loss.
 
     compute: a context-manager factory for forward passes (bf16 autocast on CPU).
     reference: rl/reference.ReferenceWeights, the SFT policy of the KL term (rl.kl_coef > 0).
+    sft_batches: with rl.sft_coef > 0, one list of encoded SFT rows (sft.encode_example) per
+    mini-batch: rl.sft_coef x their masked SFT loss joins that optimizer step (PPO-ptx).
     packed: one packed row per micro-batch (default: wherever the model's attention allows
     it) or padded rows (benchmarks/bench_rl_update.py compares them)."""
     import contextlib
@@ -147,6 +170,9 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                 stats.setdefault("kl_ref", []).append(st["kl_ref"])
             for k in ("clip_frac", "ratio_mean", "approx_kl", "high_ratio_frac"):
                 stats[k].append(st[k])
+        if sft_batches and rl.sft_coef > 0 and n_mb < len(sft_batches):
+            stats.setdefault("sft_loss", []).append(_sft_mix(model, sft_batches[n_mb], rl.sft_coef, pad_id, packed,
+                                                            device, compute, world, me))
         distributed.all_reduce_gradients(params)  # the whole mini-batch's gradient on every rank
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
@@ -174,6 +200,8 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
         out["logprob_gap"] = totals[-3] / totals[-2]  # mean |p_trainer - p_sampler| per policy token
         out["logprob_gap_max"] = gap_max  # this rank's largest
     out["loss"] = totals[keys.index("loss")] / max(1, len(mini_batches))
+    if "sft_loss" in stats:  # the ranks' shares add up to each mini-batch's loss: the mean over them
+        out["sft_loss"] = totals[keys.index("sft_loss")] / len(stats["sft_loss"])
     out["train_tokens"] = int(loss_mask.sum())
     out["masked_observation_tokens"] = sum(len(r.response_mask) - sum(r.response_mask) for r in flat)
     return out
