@@ -7,7 +7,9 @@ Writes runs/bench/rl_drift.json (under COA_LAB_RUNS if set). A diagnostic, not p
 For each RL adapter it builds a control: the SFT adapter plus Gaussian noise scaled, tensor by
 tensor, to the norm of that RL adapter's change (the same step size, in a random direction).
 SFT, every RL adapter and every control are scored greedily on the same validation tasks, per
-family (accuracy and format validity). A control that scores like SFT while the RL adapter does
+family (accuracy and format validity) and per question template (rl.pool.template_of), with
+each RL adapter's tasks lost and gained against SFT per template: RL's LoRA is shared by every
+template, and a phrase rewarded on one spreads to others (docs/design.md, "Why RL fell, part 2"). A control that scores like SFT while the RL adapter does
 not says the loss is in the direction RL took, not in moving at all (docs/design.md, "Why RL
 fell": the controls scored exactly SFT's figures; RL lost look-up format validity).
 """
@@ -29,6 +31,7 @@ from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.evaluate import evaluate  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
 from coa_lab.paths import runs_dir  # noqa: E402
+from coa_lab.rl.pool import template_of  # noqa: E402
 
 WEIGHTS = "adapter_model.safetensors"
 
@@ -50,6 +53,25 @@ def same_norm_noise(sft: Path, rl: Path, out: Path, seed: int) -> Path:
     return out
 
 
+def by_template(scores: dict[str, float], template: dict[str, str]) -> dict[str, list]:
+    """template -> [accuracy, tasks]: drift shows per kind of question (rl.pool.template_of)."""
+    out: dict[str, list] = {}
+    for task, s in scores.items():
+        out.setdefault(template[task], []).append(s)
+    return {k: [round(sum(v) / len(v), 3), len(v)] for k, v in sorted(out.items())}
+
+
+def flips(before: dict[str, float], after: dict[str, float], template: dict[str, str]) -> dict[str, list[int]]:
+    """template -> [tasks right before and wrong after, wrong before and right after]."""
+    out: dict[str, list[int]] = {}
+    for task, s in after.items():
+        lost, gained = before[task] == 1.0 and s < 1.0, before[task] < 1.0 and s == 1.0
+        if lost or gained:
+            row = out.setdefault(template[task], [0, 0])
+            row[0 if lost else 1] += 1
+    return dict(sorted(out.items()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rl", type=Path, action="append", required=True, help="an RL adapter folder (repeatable)")
@@ -57,6 +79,7 @@ def main() -> int:
     ap.add_argument("--split", choices=["val", "test"], default="val")
     ap.add_argument("--arith", type=int, default=96)
     ap.add_argument("--lookup", type=int, default=32)
+    ap.add_argument("--no-noise", action="store_true", help="skip the same-norm noise controls")
     args = ap.parse_args()
     preset = get_preset("cpu-tiny")
     mix = {"math/arith": args.arith, "mhqa/lookup": args.lookup}
@@ -66,14 +89,21 @@ def main() -> int:
     arms = {"sft": args.sft_adapter}
     for i, rl in enumerate(args.rl):
         arms[f"rl_{i}"] = rl
-        arms[f"noise_{i}"] = same_norm_noise(args.sft_adapter, rl, work / f"noise_{i}", seed=i + 1)
+        if not args.no_noise:
+            arms[f"noise_{i}"] = same_norm_noise(args.sft_adapter, rl, work / f"noise_{i}", seed=i + 1)
     out = {"split": args.split, "mix": mix, "rl_adapters": [str(p) for p in args.rl], "arms": {},
            "machine": pipeline.machine_peak(preset)}
+    template = {t.id: template_of(t) for ts in groups.values() for t in ts}
+    scores: dict[str, dict[str, float]] = {}
     for name, adapter in arms.items():
         t0 = time.time()
         result = evaluate(make_generator(preset, adapter), groups, tools, preset, label=name)
         out["arms"][name] = {k: {"accuracy": s.accuracy, "format_valid": s.format_valid} for k, s in result.suites.items()}
         out["arms"][name]["seconds"] = round(time.time() - t0, 1)
+        scores[name] = {r.task_id: r.reward for r in result.records}
+        out["arms"][name]["by_template"] = by_template(scores[name], template)
+        if name != "sft":  # per template: SFT-solved tasks this arm lost, SFT-failed ones it gained
+            out["arms"][name]["lost_gained_vs_sft"] = flips(scores["sft"], scores[name], template)
         print(name, out["arms"][name], flush=True)
     save("rl_drift", out)
     return 0

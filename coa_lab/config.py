@@ -249,21 +249,28 @@ def _cpu_smoke() -> Preset:
 
 
 def _gpu_3b_qlora() -> Preset:
-    """One GPU: Qwen2.5-3B-Instruct, 4-bit QLoRA, vLLM rollouts, the paper's group size."""
+    """One 24 GB GPU (L4, A10) in an afternoon: Qwen2.5-3B-Instruct, 4-bit QLoRA, the paper's group
+    size. `coa-lab plan --preset gpu-3b-qlora --gpu L4` plans SFT + pool screening + RL at ~3.2 h
+    (docs/scaling.md, "One GPU in an afternoon"): every size below is chosen for that budget."""
     return Preset(
         name="gpu-3b-qlora",
         model=ModelConfig(name="Qwen/Qwen2.5-3B-Instruct", dtype="bfloat16", load_in_4bit=True,
                           use_unsloth=True, lora_r=64, lora_alpha=128, gradient_checkpointing=True),
         # vLLM where it is installed, else the lab's decoder on the GPU; its batch from a 12 GiB KV
-        # budget (40 full-length rows): weights + cache plan to 13.9 GiB, x1.3 fits a 24 GiB card
+        # budget: weights + cache plan to 13.8 GiB, x1.3 fits a 24 GiB card. A 1,536-token response
+        # budget over up to 8 turns: GSM8K and HotpotQA trajectories of the capture fit in it.
         gen=GenerationConfig(backend="auto", max_new_tokens=1024, max_turns=8,
-                             max_response_tokens=8192, batch_size=256, kv_budget_gib=12.0, observation_chars=1500),
+                             max_response_tokens=1536, batch_size=256, kv_budget_gib=12.0, observation_chars=1500),
         capture=CaptureConfig(tasks={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, max_hops=6, teacher_max_new_tokens=1024),
-        distill=DistillConfig(imported_per_suite=2000, max_trajectory_tokens=8192),
-        sft=SFTConfig(epochs=3, learning_rate=1e-4, batch_size=4, grad_accum=8, max_length=8192, warmup_ratio=0.03),
-        rl=RLConfig(steps=200, prompts_per_step=32, group_size=8, learning_rate=1e-6,
-                    mini_batches=4, max_sampling_rounds=4, overlong_buffer=1024, temperature=1.0,
-                    pool={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, pool_samples=8, pool_min_pass=0.1, pool_max_pass=0.9),
+        # at most 1,400 trajectories x 2 epochs of ~1.5k tokens: ~83 min of SFT on an L4 (planned)
+        distill=DistillConfig(imported_per_suite=250, max_trajectory_tokens=2048),
+        sft=SFTConfig(epochs=2, learning_rate=1e-4, batch_size=4, grad_accum=8, max_length=2560, warmup_ratio=0.03),
+        # 30 steps x 8 prompts x 8 samples = 1,920 rollouts over 240 prompt draws, one optimizer step
+        # each (~3.6 min a step planned on an L4, the update most of it). The rate is LoRA's:
+        # the paper's 1e-6 is a full fine-tune's, and 30 steps at it would not move an adapter.
+        rl=RLConfig(steps=30, prompts_per_step=8, group_size=8, learning_rate=5e-6,
+                    mini_batches=1, max_sampling_rounds=2, overlong_buffer=256, temperature=1.0,
+                    pool={"math/gsm8k": 120, "mhqa/hotpotqa": 80}, pool_samples=4, pool_min_pass=0.1, pool_max_pass=0.9),
         eval=EvalConfig(tasks={"math/gsm8k": 200, "mhqa/hotpotqa": 200, "mhqa/2wiki": 200, "math/math500": 500},
                         headline=("math/gsm8k", "mhqa/hotpotqa"), samples=3, temperature=0.6, val_tasks={}),
     )

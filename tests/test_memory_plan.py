@@ -171,9 +171,32 @@ def test_what_should_cost_more_does():
     on = step_time(get_preset("gpu-3b-qlora"))
     off = step_time(get_preset("gpu-3b-qlora", model={"gradient_checkpointing": False}))
     assert on.sft_flops_per_token > off.sft_flops_per_token and on.sft_seconds > off.sft_seconds
-    h200 = step_time(get_preset("gpu-3b-qlora"), gpu="H200")
-    assert h200.rl_rollout_seconds < on.rl_rollout_seconds  # more bandwidth
-    assert h200.sft_seconds == on.sft_seconds  # same dense bf16 peak
+    few_rows = get_preset("gpu-3b-qlora", gen={"batch_size": 8})  # 8 rows at once: memory-bound decoding
+    h100, h200 = step_time(few_rows), step_time(few_rows, gpu="H200")
+    assert h100.rl_rollout_bound == "memory"
+    assert h200.rl_rollout_seconds < h100.rl_rollout_seconds  # more bandwidth
+    assert step_time(get_preset("gpu-3b-qlora"), gpu="H200").sft_seconds == on.sft_seconds  # same dense bf16 peak
+
+
+def test_the_schedule_adds_sft_screening_and_rl_and_the_one_gpu_preset_fits_an_afternoon():
+    from coa_lab.planning.step_time import decode_seconds, sft_examples
+
+    preset = get_preset("gpu-3b-qlora")
+    t = step_time(preset, gpu="L4")
+    assert t.sft_examples == sft_examples(preset) == 900 + 2 * 250  # every capture kept + imported per suite
+    assert t.sft_example_tokens == min(preset.sft.max_length, 512 + 0.5 * preset.distill.max_trajectory_tokens)
+    assert t.sft_run_hours * 3600 == pytest.approx(
+        preset.sft.epochs * t.sft_examples * t.sft_example_tokens / t.sft_tokens_per_s)
+    screen, _ = decode_seconds(preset, shape_of(preset.model.name), 200 * 4, 512, t.rl_response_tokens, 1, gpu_spec("L4"))
+    assert t.pool_screen_hours * 3600 == pytest.approx(screen)
+    assert t.total_hours == pytest.approx(t.sft_run_hours + t.pool_screen_hours + t.rl_run_hours)
+    # issue 28: SFT plus RL on one L4-class card in <= 4 h, and the plan fits 24 GB with the margin
+    assert t.total_hours <= 4 and step_time(preset, gpu="A10").total_hours <= 4
+    p = plan(preset, 1)
+    assert p.train_total_gib * MEMORY_MARGIN <= 24 and p.rollout_total_gib * MEMORY_MARGIN <= 24
+    # the KV budget sets how many rows decode at once: a small one, more batches, more time
+    half = step_time(get_preset("gpu-3b-qlora", gen={"kv_budget_gib": 0.1}), gpu="L4")
+    assert half.rl_rollout_seconds > t.rl_rollout_seconds
 
 
 def test_gpu_names_and_bad_assumptions_are_clear_errors():

@@ -169,6 +169,11 @@ def format_report(r: dict) -> str:
         f"  {'RL update':<36} {_seconds(t['rl_update_seconds']):>9}   {t['rl_update_tokens']:,.0f} tokens",
         f"  {'RL step':<36} {_seconds(t['rl_step_seconds']):>9}   {_seconds(t['rl_run_hours'] * 3600)} for the "
         f"preset's {t['rl_steps']} RL steps",
+        f"  {'SFT run':<36} {_seconds(t['sft_run_hours'] * 3600):>9}   {t['sft_epochs']:g} epoch(s) over <= "
+        f"{t['sft_examples']:,} trajectories of ~{t['sft_example_tokens']:,.0f} tokens",
+        f"  {'RL pool screening':<36} {_seconds(t['pool_screen_hours'] * 3600):>9}   "
+        f"{t['pool_candidates']:,} candidates x {t['pool_samples']} samples",
+        f"  {'SFT + screening + RL':<36} {_seconds(t['total_hours'] * 3600):>9}   capture and evaluation not counted",
         *(["  (RL refuses full-parameter training with vLLM sampling today, docs/scaling.md: the RL rows only price it)"]
           if m["lora_r"] == 0 else []),
         "",

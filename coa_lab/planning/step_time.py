@@ -13,7 +13,8 @@ head_dim, s the sequence length:
     SFT step     tokens = sft.batch_size x grad_accum x max_length x gpus, at those FLOPs per token,
                  over gpus x peak x mfu
     rollouts     prompts_per_step x group_size sequences, each PROMPT_TOKENS + response_fraction x
-                 gen.max_response_tokens long, decoded gen.batch_size at a time. Decoding reads the
+                 gen.max_response_tokens long, decoded gen.batch_size at a time (or as many as
+                 gen.kv_budget_gib holds at full length). Decoding reads the
                  weights (+ the adapter) once per step and the live rows' KV cache at their mean
                  context (prompt + response / 2): per step max(bytes / (hbm x bandwidth_efficiency),
                  FLOPs / (peak x mfu)); the gpus share the bytes (tensor parallel) or the batches
@@ -34,6 +35,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from coa_lab.config import Preset
+from coa_lab.generation.backends import rows_for_budget
 from coa_lab.planning.memory_plan import (PROMPT_TOKENS, ModelShape, kv_bytes_per_token, lora_params, params_of,
                                           shape_of, weight_bytes)
 
@@ -155,8 +157,11 @@ def decode_seconds(preset: Preset, shape: ModelShape, rollouts: int, prompt: flo
     m = preset.model
     n = params_of(preset, shape)
     adapter = adapter_params(preset, shape)
-    rows = min(preset.gen.batch_size, rollouts)
-    batches = math.ceil(rollouts / preset.gen.batch_size)
+    # as many rows at once as the decoder takes: gen.batch_size, or what gen.kv_budget_gib holds
+    # at full length (generation/backends.rows_for_budget; memory_plan sizes the cache the same way)
+    budget_rows = rows_for_budget(preset.gen, kv_bytes_per_token(shape) * (PROMPT_TOKENS + preset.gen.max_response_tokens))
+    rows = min(budget_rows, rollouts)
+    batches = math.ceil(rollouts / budget_rows)
     context = prompt + response / 2
     step_bytes = weight_bytes(m, shape, n) + 2 * adapter + rows * kv_bytes_per_token(shape) * context
     # a decode token attends to its whole context: twice the causal average of attention_flops
@@ -185,6 +190,13 @@ def old_logprob_fraction(preset: Preset) -> float:
     return 1 - 1 / mini_batches
 
 
+def sft_examples(preset: Preset) -> int:
+    """The SFT set's size if every captured task were kept (an upper bound: distillation drops
+    the teacher's failures), plus distill.imported_per_suite for each suite captured."""
+    suites = {key.split("/")[0] for key in preset.capture.tasks}
+    return sum(preset.capture.tasks.values()) + preset.distill.imported_per_suite * len(suites)
+
+
 @dataclass
 class StepTime:
     gpu: str
@@ -202,6 +214,14 @@ class StepTime:
     rl_step_seconds: float  # rollouts + update
     rl_steps: int
     rl_run_hours: float  # rl.steps of them
+    sft_epochs: float
+    sft_examples: int  # trajectories SFT trains on (sft_examples(): every capture kept, an upper bound)
+    sft_example_tokens: float  # assumed average per trajectory, prompt included
+    sft_run_hours: float  # sft.epochs over them
+    pool_candidates: int
+    pool_samples: int
+    pool_screen_hours: float  # rl.pool candidates x rl.pool_samples rollouts, before RL
+    total_hours: float  # SFT run + pool screening + RL run (capture and evaluation not counted)
     assumptions: dict
 
     def to_dict(self) -> dict:
@@ -221,9 +241,11 @@ def step_time(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", shape:
       bandwidth_efficiency=0.6  achieved / peak HBM bandwidth while decoding; assumed, not measured
       response_fraction=0.5     average rollout length / gen.max_response_tokens; assumed
       prompt_tokens=512         prompt length of every rollout; assumed
+    The SFT run: sft.epochs over sft_examples(preset) trajectories of prompt_tokens +
+    response_fraction x distill.max_trajectory_tokens each, at the SFT step's tokens/s.
     The RL step is one sampling round of prompts_per_step x group_size rollouts: anchors and extra
-    dynamic-sampling rounds add more. Rollouts are assumed to decode gen.batch_size at a time; when
-    their KV cache does not fit (plan().rollout_total_gib), vLLM decodes fewer at once and takes longer."""
+    dynamic-sampling rounds add more. Rollouts decode gen.batch_size at a time, or as many as
+    gen.kv_budget_gib holds at full length (what the decoder does, generation/backends.py)."""
     if gpus < 1:
         raise ValueError("gpus must be >= 1")
     for name, value in (("mfu", mfu), ("update_mfu", update_mfu), ("bandwidth_efficiency", bandwidth_efficiency),
@@ -240,12 +262,21 @@ def step_time(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", shape:
                                       bandwidth_efficiency, mfu)
     update_tokens, update_s = update_seconds(preset, shape, rollouts, prompt_tokens + response,
                                              old_logprob_fraction(preset), gpus, spec, update_mfu)
+    examples = sft_examples(preset)
+    example_tokens = min(preset.sft.max_length, prompt_tokens + response_fraction * preset.distill.max_trajectory_tokens)
+    sft_run_s = preset.sft.epochs * examples * example_tokens / (sft_tokens / sft_s)
+    rl_run_s = rl.steps * (rollout_s + update_s)
+    screen_s = decode_seconds(preset, shape, sum(rl.pool.values()) * rl.pool_samples, prompt_tokens, response, gpus,
+                              spec, bandwidth_efficiency, mfu)[0]
     return StepTime(
         gpu=spec.name, gpus=gpus, sft_tokens_per_step=sft_tokens, sft_flops_per_token=sft_per_token,
         sft_seconds=sft_s, sft_tokens_per_s=sft_tokens / sft_s, rl_rollouts=rollouts, rl_response_tokens=response,
         rl_rollout_seconds=rollout_s, rl_rollout_bound=bound, rl_update_tokens=update_tokens,
         rl_update_seconds=update_s, rl_step_seconds=rollout_s + update_s, rl_steps=rl.steps,
-        rl_run_hours=rl.steps * (rollout_s + update_s) / 3600,
+        rl_run_hours=rl_run_s / 3600, sft_epochs=preset.sft.epochs, sft_examples=examples, sft_example_tokens=example_tokens,
+        sft_run_hours=sft_run_s / 3600, pool_candidates=sum(rl.pool.values()),
+        pool_samples=rl.pool_samples, pool_screen_hours=screen_s / 3600,
+        total_hours=(sft_run_s + screen_s + rl_run_s) / 3600,
         assumptions=dict(mfu=mfu, update_mfu=update_mfu, bandwidth_efficiency=bandwidth_efficiency,
                          response_fraction=response_fraction, prompt_tokens=prompt_tokens,
                          old_logprob_fraction=old_logprob_fraction(preset)),

@@ -1,0 +1,28 @@
+"""benchmarks/probe_rl_drift.py's per-template bookkeeping: where RL's drift shows."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    sys.path.insert(0, str(BENCH))  # the script imports results.py from beside it
+    try:
+        yield importlib.import_module("probe_rl_drift")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_flips_count_lost_and_gained_tasks_per_template(probe):
+    template = {"f1": "farm", "f2": "farm", "s1": "stickers", "s2": "stickers", "w1": "warehouse"}
+    sft = {"f1": 1.0, "f2": 1.0, "s1": 0.0, "s2": 0.0, "w1": 1.0}
+    rl = {"f1": 0.0, "f2": 0.0, "s1": 1.0, "s2": 0.0, "w1": 1.0}
+    assert probe.flips(sft, rl, template) == {"farm": [2, 0], "stickers": [0, 1]}  # unchanged ones count nowhere
+    assert probe.by_template(rl, template) == {"farm": [0.0, 2], "stickers": [0.5, 2], "warehouse": [1.0, 1]}
