@@ -3,25 +3,17 @@ which interrupted seed --append may score without training it again."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import import_benchmark
 
 from coa_lab.config import get_preset
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))  # the script imports results.py from beside it
-    try:
-        yield importlib.import_module("bench_rl_seeds")
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_benchmark("bench_rl_seeds")
 
 
 def _out(gains, formats, curves, sft_format=0.97):

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+from conftest import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def probe():
-    sys.path.insert(0, str(BENCH))  # the script imports results.py from beside it
-    try:
-        yield importlib.import_module("probe_rl_drift")
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_benchmark("probe_rl_drift")
 
 
 def test_flips_count_lost_and_gained_tasks_per_template(probe):
