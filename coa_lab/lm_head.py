@@ -13,16 +13,29 @@ included) on the same hidden states, the same fp32 cross-entropy (tests/test_lm_
 log-probs, losses and gradients against the plain path; benchmarks/bench_lm_head_memory.py
 measures the peak on CPU). Every loss and log-prob of the lab goes through `nll_at`: SFT's
 masked loss (coa_lab/sft.py) and RL's token log-probs (rl/dapo.py, packing.py).
+
+On a GPU with liger-kernel >= 0.8.2 installed (the `[gpu]` extra), a plain (unwrapped,
+unquantized) head goes through Liger's fused linear-cross-entropy kernel instead: the same
+values, the logits never leaving the kernel's own chunks. 0.8.2 is the first release whose
+per-token (reduction="none") gradients are right: before it every token's gradient was scaled
+by the first token's upstream gradient (linkedin/Liger-Kernel#1298), which a DAPO loss, weighted
+per token, would have trained on silently. COA_LAB_FUSED_CE=0 keeps the chunked path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
+import os
 
 # (torch is imported inside the functions: `coa-lab plan` reads CHUNK without it)
 # tokens per LM-head chunk: [1024 x 49,152] fp32 logits are 192 MiB (SmolLM2), [1024 x 151,936]
 # 594 MiB (Qwen2.5); the matmul per chunk stays large enough to run at the machine's peak
 CHUNK = 1024
+FUSED_MIN_VERSION = (0, 8, 2)  # liger-kernel: per-token gradients right from this release on
+FUSED_DEVICES = ("cuda",)  # Triton kernels (the tests point this at "cpu" with a reference kernel)
+log = logging.getLogger(__name__)
 
 
 def _unwrap(model):
@@ -75,15 +88,59 @@ def _chunk_nll(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: f
     return torch.nn.functional.cross_entropy(logits / temperature, targets, reduction="none", ignore_index=ignore_index)
 
 
+@functools.cache
+def _liger_kernel():
+    """Liger's fused linear cross-entropy, or None where liger-kernel is absent or too old."""
+    from importlib import metadata
+
+    try:
+        version = tuple(int(x) for x in metadata.version("liger-kernel").split(".")[:3] if x.isdigit())
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    except Exception:  # not installed, no triton, an unparsable version: the chunked path
+        return None
+    if version < FUSED_MIN_VERSION:
+        log.warning("liger-kernel %s is older than %s (wrong per-token gradients): the LM head runs chunked",
+                    ".".join(map(str, version)), ".".join(map(str, FUSED_MIN_VERSION)))
+        return None
+    log.info("LM head: liger-kernel %s's fused linear cross-entropy", ".".join(map(str, version)))
+    return liger_fused_linear_cross_entropy
+
+
+def _fused_kernel(head, hidden, temperature: float, softcap):
+    """The fused kernel for this head, or None: only on CUDA, only for a plain nn.Linear head (a
+    LoRA- or 4-bit-wrapped head computes more than `weight`), and only where its softcap-then-CE
+    is ours (we divide by T after the cap; the kernel cannot)."""
+    import torch
+
+    if os.environ.get("COA_LAB_FUSED_CE", "1") == "0" or hidden.device.type not in FUSED_DEVICES:
+        return None
+    if type(head) is not torch.nn.Linear or (softcap and temperature != 1.0):
+        return None
+    return _liger_kernel()
+
+
+def _fused_nll(kernel, head, hidden, targets, temperature: float, softcap, ignore_index: int):
+    """-log softmax((hidden W^T + b) / T)[target] through the fused kernel: (h W^T + b) / T is
+    (h / T) W^T + b / T, so the temperature scales the kernel's inputs."""
+    bias = None if head.bias is None else head.bias / temperature
+    out = kernel(hidden / temperature if temperature != 1.0 else hidden, head.weight, targets, bias=bias,
+                 ignore_index=ignore_index, reduction="none", softcap=softcap or None)
+    return (out.loss if hasattr(out, "loss") else out).float()
+
+
 def chunked_nll(model, head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
                 chunk: int = CHUNK, ignore_index: int = -100) -> torch.Tensor:
     """-log softmax(head(hidden) / T)[target] per position: hidden [N, H], targets [N] -> [N] fp32.
     Targets equal to `ignore_index` get 0. With gradients on, each chunk is checkpointed: its
-    logits are dropped after the forward and recomputed in the backward."""
+    logits are dropped after the forward and recomputed in the backward. On a GPU with a recent
+    liger-kernel, a plain head goes through its fused kernel instead (module docstring)."""
     import torch
     from torch.utils.checkpoint import checkpoint
 
     softcap = _softcap(model)
+    kernel = _fused_kernel(head, hidden, temperature, softcap) if hidden.shape[0] else None
+    if kernel is not None:
+        return _fused_nll(kernel, head, hidden, targets, temperature, softcap, ignore_index)
     out = []
     for i in range(0, hidden.shape[0], chunk):
         h, t = hidden[i : i + chunk], targets[i : i + chunk]

@@ -133,3 +133,89 @@ def test_a_wrapped_model_is_unwrapped_for_its_head_and_a_sharded_head_takes_the_
     assert widths == [len(torch.unique(columns))]  # one projection of every needed column: the plain path
     torch.testing.assert_close(plain, want, atol=1e-6, rtol=1e-5)
     assert lm_head._sharded(torch.nn.Linear(2, 2)) is False
+
+
+# --- the fused linear-cross-entropy kernel where one is installed (liger-kernel >= 0.8.2, GPU) ---
+# Liger's kernel needs Triton and a GPU; here a reference with its exact contract stands in for it
+# (loss_i = CE(softcap(x_i W^T + b), t_i), 0 at ignore_index, reduction="none"), so what is tested
+# is the lab's side: when the kernel is chosen, how the temperature reaches it, and that values
+# and gradients equal the chunked path's.
+
+def _reference_kernel(calls):
+    def kernel(x, weight, target, bias=None, ignore_index=-100, reduction="mean", softcap=None, **_):
+        assert reduction == "none"
+        calls.append(x.shape[0])
+        logits = (x @ weight.T + (0 if bias is None else bias)).float()
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        return torch.nn.functional.cross_entropy(logits, target, reduction="none", ignore_index=ignore_index)
+    return kernel
+
+
+@pytest.fixture
+def fused_on_cpu(monkeypatch):
+    from coa_lab import lm_head
+
+    calls: list[int] = []
+    monkeypatch.setattr(lm_head, "FUSED_DEVICES", ("cpu",))
+    monkeypatch.setattr(lm_head, "_liger_kernel", lambda: _reference_kernel(calls))
+    return calls
+
+
+@pytest.mark.parametrize("temperature,softcap,bias", [(0.7, None, False), (1.0, 30.0, False), (0.8, None, True)])
+def test_fused_kernel_path_equals_the_chunked_path(fused_on_cpu, monkeypatch, temperature, softcap, bias):
+    model = _model(False, softcap)
+    if bias:  # a head with a bias: the temperature must divide it too
+        head = model.get_output_embeddings()
+        head.bias = torch.nn.Parameter(torch.randn(head.out_features) * 0.5)
+    ids, attn, rows, columns, targets = _case(model)
+    inputs = {"input_ids": ids, "attention_mask": attn}
+    weights = torch.linspace(-1.0, 2.0, len(targets))  # per-token upstream gradients, as DAPO's are
+    got = nll_at(model, inputs, rows, columns, targets, temperature)
+    (got * weights).sum().backward()
+    assert fused_on_cpu, "the fused kernel was not used"
+    got_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    monkeypatch.setenv("COA_LAB_FUSED_CE", "0")  # the switch: the chunked path
+    n_calls = len(fused_on_cpu)
+    want = nll_at(model, inputs, rows, columns, targets, temperature)
+    (want * weights).sum().backward()
+    assert len(fused_on_cpu) == n_calls, "COA_LAB_FUSED_CE=0 still used the fused kernel"
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    assert got[4] == 0
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(got_grads[name], p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_fused_kernel_is_skipped_where_it_would_compute_something_else(fused_on_cpu):
+    from peft import LoraConfig, get_peft_model
+
+    # softcap applied before the temperature: the kernel caps after our division, so chunked
+    model = _model(False, 30.0)
+    ids, attn, rows, columns, targets = _case(model)
+    nll_at(model, {"input_ids": ids, "attention_mask": attn}, rows, columns, targets, 0.8)
+    assert not fused_on_cpu
+    # a LoRA-wrapped head computes W x + B A x: the kernel only sees W
+    peft = get_peft_model(_model(), LoraConfig(r=2, target_modules=["lm_head"]))
+    nll_at(peft, {"input_ids": ids, "attention_mask": attn}, rows, columns, targets, 0.8)
+    assert not fused_on_cpu
+
+
+def test_liger_kernel_older_than_the_gradient_fix_is_not_used(monkeypatch):
+    import sys
+    import types
+    from importlib import metadata
+
+    from coa_lab import lm_head
+
+    functional = types.ModuleType("liger_kernel.transformers.functional")
+    functional.liger_fused_linear_cross_entropy = _reference_kernel([])
+    for name in ("liger_kernel", "liger_kernel.transformers"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers.functional", functional)
+    for version, usable in (("0.8.1", False), ("0.5.2", False), ("0.8.2", True), ("0.8.5", True), ("1.0.0rc1", True)):
+        monkeypatch.setattr(metadata, "version", lambda name, v=version: v)
+        lm_head._liger_kernel.cache_clear()
+        assert (lm_head._liger_kernel() is functional.liger_fused_linear_cross_entropy) is usable, version
+    lm_head._liger_kernel.cache_clear()

@@ -24,7 +24,7 @@ def test_environment_yml_pins_match_pyproject():
 def test_gpu_packages_stay_in_the_gpu_extra():
     project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
     core = " ".join(project["dependencies"])
-    for pkg in ("unsloth", "vllm", "bitsandbytes", "trl"):  # trl: unsloth's dependency only
+    for pkg in ("unsloth", "vllm", "bitsandbytes", "trl", "liger-kernel"):  # trl: unsloth's dependency only
         assert pkg not in core and any(pkg in d for d in project["optional-dependencies"]["gpu"])
 
 
@@ -35,7 +35,8 @@ def test_cpu_path_imports_no_gpu_package():
         "import coa_lab.generation.llm, coa_lab.generation.models\n"
         "import coa_lab.agents.teacher, coa_lab.distill.filters, coa_lab.tools.registry\n"
         "import coa_lab.viz.trajectory, coa_lab.viz.browser, coa_lab.viz.sft_mask, coa_lab.viz.plots\n"
-        "bad = [m for m in ('unsloth', 'vllm', 'bitsandbytes', 'trl') if m in sys.modules]\n"
+        "import coa_lab.lm_head\n"
+        "bad = [m for m in ('unsloth', 'vllm', 'bitsandbytes', 'trl', 'liger_kernel') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
