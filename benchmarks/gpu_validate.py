@@ -1,4 +1,4 @@
-"""Prove the GPU paths through the SAME coa_lab functions the CPU demo uses.
+"""Prove the GPU paths through the SAME coa_lab functions the CPU demo uses (issue 28's run).
 
 Run on a CUDA machine (see docs/gpu-validation.md for the recorded results):
 
@@ -6,18 +6,31 @@ Run on a CUDA machine (see docs/gpu-validation.md for the recorded results):
 
 Weights do not matter for speed and memory, and the GPU machine has no model hub, so the
 model is the Qwen2.5-3B architecture with random weights, with the embedded SmolLM2
-tokenizer files for token ids (all ids fall inside Qwen's larger vocabulary).
+tokenizer files for token ids (all ids fall inside Qwen's larger vocabulary). In one process:
 
-1. 4-bit QLoRA SFT (coa_lab.sft.train_sft, preset gpu-3b-qlora): peak memory, tokens/s,
-   at each context length; the same run with bf16 LoRA (no quantization) for the ratio.
-2. One DAPO update (coa_lab.rl.update.policy_update) at group size 8: peak memory, seconds.
-3. Batched rollout generation (coa_lab.generation.hf_generator.HFGenerator): tokens/s.
+1. 4-bit QLoRA SFT (coa_lab.sft.train_sft, preset gpu-3b-qlora) at each context, with each LM
+   head (coa_lab/lm_head.py): "plain" (every position's logits at once: the lab before issue 28),
+   "chunked" (1,024 positions at a time, recomputed in the backward) and "fused" (liger-kernel's
+   fused linear cross-entropy, where it is installed): peak memory and tokens/s.
+2. One DAPO update (coa_lab.rl.update.policy_update) of one group of 8 rollouts, 512 prompt
+   tokens + (context - 512) response tokens, with the same heads: peak memory, seconds.
+3. Rollouts at batch 64: the lab's decoder (coa_lab.generation.decoding) vs transformers
+   `generate` on the same prompts, greedy, N tokens a row: tokens/s, and how many rows came out
+   token for token the same (bf16 on a GPU may break a near-tie differently).
+4. The planner against every measurement (coa_lab.planning.plan_report.calibration on the
+   file this writes): predicted / measured, the planner's error re-stated.
+
+`--smoke` runs all of it on the CPU with a tiny random Llama and short contexts in about a
+minute (tests/test_benchmarks.py), so the day a GPU is lent the script is known to run.
+Results: OUTDIR/gpu_validation.json, rewritten after every measurement.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
 import shutil
 import sys
@@ -25,30 +38,86 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 QWEN25_3B = dict(  # the published Qwen2.5-3B architecture numbers
     vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
     num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=32768,
     rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
 )
+# --smoke: the same code paths at a size a CPU runs in seconds (vocabulary = SmolLM2's, whose ids
+# the tokenizer produces)
+TINY = dict(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True)
+HEADS = ("plain", "chunked", "fused")
 
 
-def build_random_model(tokenizer_dir: Path, target: Path) -> Path:
+class Device:
+    """What differs between the GPU run and the CPU smoke run."""
+
+    def __init__(self, smoke: bool):
+        import torch
+
+        self.smoke, self.cuda = smoke, not smoke
+        self.torch = torch
+
+    def reset_peak(self) -> None:
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+            self.torch.cuda.reset_peak_memory_stats()
+
+    def peak_gib(self) -> float | None:
+        return self.torch.cuda.max_memory_allocated() / 2**30 if self.cuda else None
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+
+def build_random_model(tokenizer_dir: Path, target: Path, smoke: bool) -> Path:
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if (target / "config.json").exists():
         return target
-    config = Qwen2Config(**QWEN25_3B, torch_dtype="bfloat16")
-    with torch.device("cuda"):
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    torch.manual_seed(0)
+    if smoke:
+        model = LlamaForCausalLM(LlamaConfig(**TINY))
+    else:
+        with torch.device("cuda"):
+            model = Qwen2ForCausalLM(Qwen2Config(**QWEN25_3B, torch_dtype="bfloat16")).to(torch.bfloat16)
     model.save_pretrained(target)
     for f in tokenizer_dir.iterdir():
         if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
             shutil.copy(f, target / f.name)
     del model
-    torch.cuda.empty_cache()
+    if not smoke:
+        torch.cuda.empty_cache()
     return target
+
+
+@contextlib.contextmanager
+def lm_head_mode(mode: str):
+    """The LM head path the lab's losses take (coa_lab/lm_head.py) for the measurements inside."""
+    from coa_lab import lm_head
+
+    saved = lm_head.UNCHUNKED, os.environ.get("COA_LAB_FUSED_CE")
+    lm_head.UNCHUNKED = mode == "plain"
+    os.environ["COA_LAB_FUSED_CE"] = "1" if mode == "fused" else "0"
+    try:
+        yield
+    finally:
+        lm_head.UNCHUNKED = saved[0]
+        if saved[1] is None:
+            os.environ.pop("COA_LAB_FUSED_CE", None)
+        else:
+            os.environ["COA_LAB_FUSED_CE"] = saved[1]
+
+
+def heads_available(device: Device) -> list[str]:
+    from coa_lab import lm_head
+
+    return [h for h in HEADS if h != "fused" or (device.cuda and lm_head._liger_kernel() is not None)]
 
 
 def long_records(tokenizer, n: int, context: int):
@@ -61,7 +130,7 @@ def long_records(tokenizer, n: int, context: int):
     out = []
     for i in range(n):
         parts, total = [], 0
-        while total < context - 400:
+        while total < context - min(400, context // 4):
             t = pool[(i * 7 + len(parts)) % len(pool)].text
             parts.append(t.rsplit("<answer>", 1)[0])
             total += len(tokenizer(t, add_special_tokens=False)["input_ids"])
@@ -70,119 +139,149 @@ def long_records(tokenizer, n: int, context: int):
     return out
 
 
-def sft_run(model_dir: Path, tokenizer, context: int, four_bit: bool, out: Path, steps: int) -> dict:
-    import torch
-
+def preset_for(model_dir: Path, device: Device, **sections):
     from coa_lab.config import get_preset
+
+    model = {"name": str(model_dir), "use_unsloth": False, "load_in_4bit": device.cuda}
+    if device.smoke:
+        model.update(dtype="float32", lora_r=4)
+    return get_preset("gpu-3b-qlora", model=model, **sections)
+
+
+def sft_run(model_dir: Path, tokenizer, context: int, head: str, device: Device, out: Path, steps: int) -> dict:
     from coa_lab.sft import train_sft
 
-    preset = get_preset("gpu-3b-qlora", model={"name": str(model_dir), "use_unsloth": False, "load_in_4bit": four_bit},
-                        sft={"max_length": context, "epochs": 1, "batch_size": 1, "grad_accum": 1})
+    preset = preset_for(model_dir, device, sft={"max_length": context, "epochs": 1, "batch_size": 1, "grad_accum": 1})
     records = long_records(tokenizer, steps, context)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    res = train_sft(preset, records, out)
-    return {"context": context, "four_bit": four_bit, "steps": len(res.losses), "loss_first": res.losses[0],
-            "loss_last": res.losses[-1], "train_seconds": res.train_seconds,
-            "tokens_per_s": res.total_tokens / max(res.train_seconds, 1e-9),
-            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+    device.reset_peak()
+    with lm_head_mode(head):
+        res = train_sft(preset, records, out)
+    return {"context": context, "four_bit": preset.model.load_in_4bit, "lm_head": head, "steps": len(res.losses),
+            "loss_first": res.losses[0], "loss_last": res.losses[-1], "train_seconds": res.train_seconds,
+            "tokens_per_s": res.total_tokens / max(res.train_seconds, 1e-9), "peak_mem_gib": device.peak_gib(),
             "masked_observation_tokens": res.masked_observation_tokens}
 
 
-def dapo_run(model_dir: Path, prompt_len: int, response_len: int, four_bit: bool = True) -> dict:
+def dapo_run(model, tok, preset, context: int, prompt_len: int, head: str, device: Device) -> dict:
     import torch
 
     from coa_lab.agents.coa_runner import Rollout
-    from coa_lab.config import get_preset
-    from coa_lab.generation.models import load_model
     from coa_lab.rl.update import policy_update
 
-    preset = get_preset("gpu-3b-qlora", model={"name": str(model_dir), "use_unsloth": False, "load_in_4bit": four_bit})
-    model, tok = load_model(preset.model, trainable=True)
     rng = random.Random(0)
+    response_len = context - prompt_len
+    observation = min(256, response_len // 4)  # a tool result in the middle, masked out of the loss
     group = []
-    for g in range(preset.rl.group_size):
+    for _ in range(preset.rl.group_size):
         r = Rollout(task=None, prompt_ids=[rng.randrange(1000, 40000) for _ in range(prompt_len)])
         r.response_ids = [rng.randrange(1000, 40000) for _ in range(response_len)]
-        # a 256-token observation in the middle, as a tool result would be
         r.response_mask = [1] * response_len
-        r.response_mask[response_len // 2 : response_len // 2 + 256] = [0] * 256
+        r.response_mask[response_len // 2 : response_len // 2 + observation] = [0] * observation
         group.append(r)
     rewards = [[1.0 if g % 3 == 0 else 0.0 for g in range(preset.rl.group_size)]]
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=preset.rl.learning_rate)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    device.reset_peak()
     t0 = time.time()
-    stats = policy_update(model, opt, [group], rewards, preset, tok.pad_token_id)
-    torch.cuda.synchronize()
+    with lm_head_mode(head):
+        stats = policy_update(model, opt, [group], rewards, preset, tok.pad_token_id)
+    device.sync()
     seconds = time.time() - t0
-    result = {"four_bit": four_bit, "group_size": preset.rl.group_size, "prompt_len": prompt_len, "response_len": response_len,
-              "seconds": seconds, "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, **stats}
-    gen = generation_run(model, tok)
-    del model, opt
-    torch.cuda.empty_cache()
-    return {"dapo": result, "generation": gen}
+    del opt
+    return {"four_bit": preset.model.load_in_4bit, "lm_head": head, "group_size": preset.rl.group_size,
+            "prompt_len": prompt_len, "response_len": response_len, "seconds": seconds,
+            "peak_mem_gib": device.peak_gib(), **{k: v for k, v in stats.items() if isinstance(v, (int, float))}}
 
 
-def generation_run(model, tok, batch: int = 8, new_tokens: int = 256) -> dict:
-    import torch
+def decode_run(model, tok, batch: int, new_tokens: int) -> dict:
+    """The lab's decoder vs transformers `generate`: the same prompts, greedy, N tokens a row."""
+    from bench_decode import hf_generate, lab_decode
 
     from coa_lab.generation.chat_prompt import chat_prompt_ids
-    from coa_lab.generation.hf_generator import HFGenerator
 
-    gen = HFGenerator(model, tok, batch_size=batch)
-    prompts = [chat_prompt_ids(tok, [{"role": "user", "content": f"Question {i}: what is {i} + {i}?"}]) for i in range(batch)]
-    gen.generate(prompts[:1], max_new_tokens=8)  # warm-up
-    torch.cuda.synchronize()
-    t0 = time.time()
-    outs = gen.generate(prompts, max_new_tokens=new_tokens, temperature=1.0)
-    torch.cuda.synchronize()
-    seconds = time.time() - t0
-    produced = sum(o.completion_tokens for o in outs)
-    return {"backend": "hf", "batch": batch, "new_tokens": produced, "seconds": seconds, "tokens_per_s": produced / seconds}
+    prompts = [chat_prompt_ids(tok, [{"role": "user", "content": f"Question {i}: what is {i} * {i + 7} minus {3 * i}?"}])
+               for i in range(batch)]
+    compute = contextlib.nullcontext
+    lab_decode(model, tok, prompts[:2], 4, compute)  # warm-up
+    hf_generate(model, tok, prompts[:2], 4, compute)
+    t_lab, lab_tokens = lab_decode(model, tok, prompts, new_tokens, compute)
+    t_gen, gen_tokens = hf_generate(model, tok, prompts, new_tokens, compute)
+    same = sum(a == b for a, b in zip(lab_tokens, gen_tokens))
+    return {"batch": batch, "new_tokens": new_tokens, "tokens_per_s": batch * new_tokens / t_lab,
+            "generate_tokens_per_s": batch * new_tokens / t_gen, "speedup_vs_generate": t_gen / t_lab,
+            "rows_with_same_tokens": same}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
-
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--tokenizer", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--model-dir", type=Path, default=Path("/tmp/qwen25-3b-random"))
-    p.add_argument("--contexts", type=int, nargs="+", default=[4096, 8192])
-    p.add_argument("--steps", type=int, default=3)
-    args = p.parse_args()
-    assert torch.cuda.is_available(), "this script proves the GPU path; run it on a CUDA machine"
-    args.out.mkdir(parents=True, exist_ok=True)
     from transformers import AutoTokenizer
 
+    from coa_lab.generation.models import load_model
+    from coa_lab.planning.plan_report import calibration, format_calibration
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokenizer", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--model-dir", type=Path, default=None)
+    p.add_argument("--contexts", type=int, nargs="+", default=None, help="default 4096 8192 (smoke: 256 512)")
+    p.add_argument("--steps", type=int, default=2, help="SFT optimizer steps per configuration")
+    p.add_argument("--decode-batch", type=int, default=64)
+    p.add_argument("--decode-tokens", type=int, default=None, help="default 128 (smoke: 6)")
+    p.add_argument("--smoke", action="store_true", help="on the CPU, a tiny random model: checks the script runs")
+    args = p.parse_args(argv)
+    if not args.smoke and not torch.cuda.is_available():
+        raise SystemExit("gpu_validate.py proves the GPU paths: run it on a CUDA machine (or --smoke on a CPU)")
+    device = Device(args.smoke)
+    contexts = args.contexts or ([256, 512] if args.smoke else [4096, 8192])
+    new_tokens = args.decode_tokens or (6 if args.smoke else 128)
+    args.out.mkdir(parents=True, exist_ok=True)
+    model_dir = args.model_dir or args.out / ("tiny-random" if args.smoke else "qwen25-3b-random")
     versions = {"torch": torch.__version__, "transformers": transformers.__version__,
-                "gpu": torch.cuda.get_device_name(0)}
-    for name in ("peft", "bitsandbytes", "unsloth", "vllm"):
+                "gpu": torch.cuda.get_device_name(0) if device.cuda else "none (--smoke)"}
+    for name in ("peft", "bitsandbytes", "unsloth", "vllm", "liger_kernel"):
         try:
-            versions[name] = __import__(name).__version__
+            versions[name] = getattr(__import__(name), "__version__", "installed")
         except Exception as exc:  # noqa: BLE001 - record why, keep going
             versions[name] = f"not available ({type(exc).__name__})"
     print(json.dumps(versions), flush=True)
     t0 = time.time()
-    model_dir = build_random_model(args.tokenizer, args.model_dir)
-    results = {"versions": versions, "build_seconds": time.time() - t0, "sft": [], "rl": None}
+    build_random_model(args.tokenizer, model_dir, args.smoke)
+    heads = heads_available(device)
+    results = {"versions": versions, "smoke": args.smoke, "build_seconds": time.time() - t0, "lm_heads": heads,
+               "sft": [], "rl": [], "decode": []}
+    path = args.out / "gpu_validation.json"
+
+    def save(entry_kind: str, entry: dict) -> None:
+        results[entry_kind].append(entry)
+        print(json.dumps({entry_kind: entry}), flush=True)
+        path.write_text(json.dumps(results, indent=2))
+
     tok = AutoTokenizer.from_pretrained(model_dir)
-    # warm-up (CUDA context, kernel autotuning): not recorded
-    sft_run(model_dir, tok, 1024, True, args.out / "sft_warmup", 1)
-    for ctx in args.contexts:
-        for four_bit in (True, False):
-            r = sft_run(model_dir, tok, ctx, four_bit, args.out / f"sft_{ctx}_{int(four_bit)}", args.steps)
-            print(json.dumps(r), flush=True)
-            results["sft"].append(r)
-            (args.out / "gpu_validation.json").write_text(json.dumps(results, indent=2))
-    results["rl"] = [dapo_run(model_dir, prompt_len=512, response_len=2048, four_bit=fb) for fb in (True, False)]
-    print(json.dumps(results["rl"]), flush=True)
-    (args.out / "gpu_validation.json").write_text(json.dumps(results, indent=2))
+    sft_run(model_dir, tok, contexts[0] // 4, "chunked", device, args.out / "sft_warmup", 1)  # CUDA context, autotuning
+    for ctx in contexts:
+        for head in heads:
+            save("sft", sft_run(model_dir, tok, ctx, head, device, args.out / f"sft_{ctx}_{head}", args.steps))
+    preset = preset_for(model_dir, device)
+    model, _ = load_model(preset.model, trainable=True)
+    prompt_len = min(512, contexts[0] // 4)
+    for ctx in contexts:
+        for head in heads:
+            save("rl", {"dapo": dapo_run(model, tok, preset, ctx, prompt_len, head, device)})
+    model.eval()
+    save("decode", decode_run(model, tok, args.decode_batch, new_tokens))
+    del model
+    rows = calibration(path)  # on --smoke too: the file's format is what calibration() reads
+    if device.smoke:
+        rows = []  # a tiny model's figures against the 3B plan mean nothing
+    results["calibration"] = [{"run": r.run, "quantity": r.quantity, "predicted": r.predicted, "measured": r.measured,
+                               "ratio": r.ratio} for r in rows]
+    path.write_text(json.dumps(results, indent=2))
+    if rows:
+        print(format_calibration(rows))
     for d in args.out.glob("sft_*"):
         shutil.rmtree(d, ignore_errors=True)  # adapters are not results
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

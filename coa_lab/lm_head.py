@@ -36,6 +36,9 @@ CHUNK = 1024
 FUSED_MIN_VERSION = (0, 8, 2)  # liger-kernel: per-token gradients right from this release on
 FUSED_DEVICES = ("cuda",)  # Triton kernels (the tests point this at "cpu" with a reference kernel)
 log = logging.getLogger(__name__)
+# True: every position's logits at once, the path issue 28 replaced. Only for measuring it
+# (benchmarks/gpu_validate.py); nothing else sets it.
+UNCHUNKED = False
 
 
 def _unwrap(model):
@@ -169,7 +172,7 @@ def nll_at(model, inputs: dict, rows: torch.Tensor, columns: torch.Tensor, targe
 
     keep, where = torch.unique(columns, return_inverse=True)
     head = _unwrap(model).get_output_embeddings()
-    if head is not None and _sharded(head):
+    if head is not None and (UNCHUNKED or _sharded(head)):
         # ZeRO-3 / FSDP gather a layer's weights around the engine's own forward only: calling
         # the head outside it is not proven here (no multi-GPU run), so sharded full fine-tunes
         # keep the unchunked head, and `coa-lab plan` counts their whole logits

@@ -74,3 +74,44 @@ def test_rl_seeds_benchmark_screens_once_and_appends(tmp_path):
     again = _bench("rl_seeds", ["--seeds", "0", "1", "2", "--append"], tmp_path)
     assert again["seeds"] == [0, 1, 2] and again["rl_test_accuracy"][:2] == out["rl_test_accuracy"]
     assert again["sft_test_accuracy"] == out["sft_test_accuracy"] and again["targets"]["seeds_done"] == 3
+
+
+def test_gpu_validation_script_runs_at_smoke_size_and_the_planner_reads_its_file(tmp_path):
+    """benchmarks/gpu_validate.py is issue 28's GPU run; a lent GPU's minutes are few, so the
+    script is run here on the CPU (tiny random model) to know it works before that day."""
+    from coa_lab.generation.models import embedded_model_dir
+    from coa_lab.planning.plan_report import calibration
+
+    out = tmp_path / "gv"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_validate.py"), "--smoke", "--tokenizer",
+                           str(embedded_model_dir()), "--out", str(out), "--contexts", "160", "--steps", "1",
+                           "--decode-batch", "3", "--decode-tokens", "4"],
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    data = json.loads((out / "gpu_validation.json").read_text())
+    assert data["lm_heads"] == ["plain", "chunked"]  # no liger-kernel / CUDA here
+    sft = {r["lm_head"]: r for r in data["sft"]}
+    rl = {r["dapo"]["lm_head"]: r["dapo"] for r in data["rl"]}
+    assert set(sft) == set(rl) == {"plain", "chunked"}
+    # the same data, weights and adapter init: the two heads compute the same losses
+    assert abs(sft["plain"]["loss_first"] - sft["chunked"]["loss_first"]) < 1e-3
+    assert sft["plain"]["masked_observation_tokens"] > 0 and rl["plain"]["masked_observation_tokens"] > 0
+    assert rl["plain"]["train_tokens"] == rl["chunked"]["train_tokens"] > 0
+    (dec,) = data["decode"]
+    assert dec["rows_with_same_tokens"] == 3 and dec["tokens_per_s"] > 0  # fp32: greedy tokens identical
+    assert not (out / "sft_160_plain").exists()  # adapters are not results
+    # the planner reads a GPU run of this format: pretend the smoke figures were measured on one
+    data["smoke"] = False
+    for r in data["sft"] + [x["dapo"] for x in data["rl"]]:
+        r["peak_mem_gib"] = 10.0
+    for r in data["sft"]:
+        r["context"] = 8192  # past one LM-head chunk: the plans of the two heads differ
+    gpu_file = tmp_path / "gpu.json"
+    gpu_file.write_text(json.dumps(data))
+    rows = {(r.run, r.quantity): r for r in calibration(gpu_file)}
+    plain = rows[("SFT 8,192 tok, bf16, plain head", "peak_gib")]
+    chunked = rows[("SFT 8,192 tok, bf16, chunked head", "peak_gib")]
+    assert chunked.predicted < plain.predicted - 5 and plain.measured == 10.0  # 8k x 152k fp32 logits: > 5 GiB
+    assert any(k[0].startswith("DAPO 8 x") and k[0].endswith("chunked head") for k in rows)
+    assert ("lab decoder, batch 3, 4-bit", "decode_tokens_per_s") in rows

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coa_lab.config import Preset, get_preset
+from coa_lab.lm_head import CHUNK
 from coa_lab.paths import PROJECT_ROOT
 from coa_lab.planning.memory_plan import MEMORY_MARGIN, ModelShape, fit_verdict, plan, shape_of
 from coa_lab.planning.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MFU, GPUSpec, decode_seconds,
@@ -46,7 +47,14 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str = "H100", mfu: 
     trained 4 mini-batches of 2: its peak memory is set by the larger logits of the no-grad pass
     (2 + 4 + 4 bytes per position, plan()'s logits term), so it is compared with plan() at a
     micro-batch of 4 x (prompt + response). Rollouts came from HF generate (batch 8, PEFT-wrapped,
-    short chat prompts taken as 64 tokens): launch-bound, far from the bandwidth bound modelled here."""
+    short chat prompts taken as 64 tokens): launch-bound, far from the bandwidth bound modelled here.
+
+    Runs of the issue-28 script name their LM head (`lm_head`: "plain" = every position's logits,
+    planned with logits_chunk=None; "chunked" and "fused" planned with one chunk); a run without
+    the field predates chunking ("plain"). Its DAPO update has no old-log-prob pass (gpu-3b-qlora
+    takes one optimizer step per batch), so its peak is a training micro-batch of
+    update.MICRO_BATCH rollouts; its rollouts (`decode`) come from the lab's decoder. Entries
+    without a measured peak (a --smoke run on a CPU) are skipped."""
     spec = gpu_spec(gpu)
     data = json.loads(Path(path).read_text())
     shape = shape_of("Qwen/Qwen2.5-3B-Instruct")
@@ -57,29 +65,50 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str = "H100", mfu: 
         return replace(base, model=replace(base.model, load_in_4bit=four_bit, use_unsloth=False),
                        sft=replace(base.sft, batch_size=batch, grad_accum=1, max_length=length))
 
+    from coa_lab.rl.update import MICRO_BATCH  # (torch: only when calibrating)
+
+    def chunk_of(r: dict) -> int | None:
+        return None if r.get("lm_head", "plain") == "plain" else CHUNK
+
+    def head_label(r: dict) -> str:
+        return f", {r['lm_head']} head" if "lm_head" in r else ""
+
     for r in data["sft"]:
-        label = f"SFT {r['context']:,} tok, {'4-bit' if r['four_bit'] else 'bf16'}"
+        if r.get("peak_mem_gib") is None:
+            continue
+        label = f"SFT {r['context']:,} tok, {'4-bit' if r['four_bit'] else 'bf16'}{head_label(r)}"
         p = preset_for(r["four_bit"], 1, r["context"])
         rows.append(CalibrationRow(label, "sft_tokens_per_s",
                                    step_time(p, 1, spec, shape, mfu=mfu).sft_tokens_per_s, r["tokens_per_s"]))
-        # measured before the LM head was chunked (issue 28): compared with the unchunked plan
-        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape, logits_chunk=None).train_total_gib,
+        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape, logits_chunk=chunk_of(r)).train_total_gib,
                                    r["peak_mem_gib"]))
     for r in data["rl"]:
-        d, g = r["dapo"], r["generation"]
+        d, g = r["dapo"], r.get("generation")
+        if d.get("peak_mem_gib") is None:
+            continue
         weights = "4-bit" if d["four_bit"] else "bf16"
-        label = f"DAPO {d['group_size']} x ({d['prompt_len']} + {d['response_len']}), {weights}"
+        label = f"DAPO {d['group_size']} x ({d['prompt_len']} + {d['response_len']}), {weights}{head_label(d)}"
         length = d["prompt_len"] + d["response_len"]
-        p = preset_for(d["four_bit"], 4, length)
-        _, seconds = update_seconds(p, shape, d["group_size"], length, 1.0, 1, spec, update_mfu)
+        issue28 = "lm_head" in d  # no old-log-prob pass; micro-batches of MICRO_BATCH rollouts
+        p = preset_for(d["four_bit"], MICRO_BATCH if issue28 else 4, length)
+        _, seconds = update_seconds(p, shape, d["group_size"], length, 0.0 if issue28 else 1.0, 1, spec, update_mfu)
         rows.append(CalibrationRow(label, "update_seconds", seconds, d["seconds"]))
-        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape, logits_chunk=None).train_total_gib,
+        rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape, logits_chunk=chunk_of(d)).train_total_gib,
                                    d["peak_mem_gib"]))
-        per_row = g["new_tokens"] / g["batch"]
+        if g is not None:
+            per_row = g["new_tokens"] / g["batch"]
+            p = replace(p, gen=replace(p.gen, batch_size=g["batch"]))
+            seconds, _ = decode_seconds(p, shape, g["batch"], 64, per_row, 1, spec, bandwidth_efficiency, mfu)
+            rows.append(CalibrationRow(f"HF generate, batch {g['batch']}, {weights}",
+                                       "decode_tokens_per_s", g["new_tokens"] / seconds, g["tokens_per_s"]))
+    if data.get("smoke"):
+        return []
+    for g in data.get("decode", []):  # the lab's decoder, gpu-3b-qlora's policy (4-bit + LoRA)
+        p = preset_for(True, 1, 1024)
         p = replace(p, gen=replace(p.gen, batch_size=g["batch"]))
-        seconds, _ = decode_seconds(p, shape, g["batch"], 64, per_row, 1, spec, bandwidth_efficiency, mfu)
-        rows.append(CalibrationRow(f"HF generate, batch {g['batch']}, {weights}",
-                                   "decode_tokens_per_s", g["new_tokens"] / seconds, g["tokens_per_s"]))
+        seconds, _ = decode_seconds(p, shape, g["batch"], 64, g["new_tokens"], 1, spec, bandwidth_efficiency, mfu)
+        rows.append(CalibrationRow(f"lab decoder, batch {g['batch']}, 4-bit", "decode_tokens_per_s",
+                                   g["batch"] * g["new_tokens"] / seconds, g["tokens_per_s"]))
     return rows
 
 
