@@ -41,7 +41,7 @@ demo: setup
 	$(PY) -m coa_lab.cli demo
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow

@@ -66,8 +66,9 @@ def hf_generate(model, tok, prompts, n, compute) -> tuple[float, list[list[int]]
     import torch
 
     width = max(len(p) for p in prompts)
-    ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    device = next(model.parameters()).device  # benchmarks/gpu_validate.py runs this on a GPU
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
     eos = model.generation_config.eos_token_id
     model.generation_config.eos_token_id = None  # the same N tokens per row as lab_decode
     try:

@@ -251,6 +251,15 @@ def main(argv: list[str] | None = None) -> int:
                "sft": [], "rl": [], "decode": []}
     path = args.out / "gpu_validation.json"
 
+    def measured(run, **where) -> dict:
+        """A measurement, or where it ran out of GPU memory (the plain head at 8k may: that is a
+        result too, and the run goes on)."""
+        try:
+            return run()
+        except torch.cuda.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            return {**where, "oom": True, "peak_mem_gib": None, "error": str(exc).splitlines()[0]}
+
     def save(entry_kind: str, entry: dict) -> None:
         results[entry_kind].append(entry)
         print(json.dumps({entry_kind: entry}), flush=True)
@@ -260,13 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     sft_run(model_dir, tok, contexts[0] // 4, "chunked", device, args.out / "sft_warmup", 1)  # CUDA context, autotuning
     for ctx in contexts:
         for head in heads:
-            save("sft", sft_run(model_dir, tok, ctx, head, device, args.out / f"sft_{ctx}_{head}", args.steps))
+            save("sft", measured(lambda: sft_run(model_dir, tok, ctx, head, device, args.out / f"sft_{ctx}_{head}",
+                                                 args.steps), context=ctx, lm_head=head, four_bit=device.cuda))
     preset = preset_for(model_dir, device)
     model, _ = load_model(preset.model, trainable=True)
     prompt_len = min(512, contexts[0] // 4)
     for ctx in contexts:
         for head in heads:
-            save("rl", {"dapo": dapo_run(model, tok, preset, ctx, prompt_len, head, device)})
+            save("rl", {"dapo": measured(lambda: dapo_run(model, tok, preset, ctx, prompt_len, head, device),
+                                         lm_head=head, prompt_len=prompt_len, response_len=ctx - prompt_len)})
     model.eval()
     save("decode", decode_run(model, tok, args.decode_batch, new_tokens))
     del model
