@@ -54,7 +54,7 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str = "H100", mfu: 
     the field predates chunking ("plain"). Its DAPO update has no old-log-prob pass (gpu-3b-qlora
     takes one optimizer step per batch), so its peak is a training micro-batch of
     update.MICRO_BATCH rollouts; its rollouts (`decode`) come from the lab's decoder. Entries
-    without a measured peak (a --smoke run on a CPU) are skipped."""
+    without a measured peak (an OOM) are skipped."""
     spec = gpu_spec(gpu)
     data = json.loads(Path(path).read_text())
     shape = shape_of("Qwen/Qwen2.5-3B-Instruct")
@@ -101,8 +101,6 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str = "H100", mfu: 
             seconds, _ = decode_seconds(p, shape, g["batch"], 64, per_row, 1, spec, bandwidth_efficiency, mfu)
             rows.append(CalibrationRow(f"HF generate, batch {g['batch']}, {weights}",
                                        "decode_tokens_per_s", g["new_tokens"] / seconds, g["tokens_per_s"]))
-    if data.get("smoke"):
-        return []
     for g in data.get("decode", []):  # the lab's decoder, gpu-3b-qlora's policy (4-bit + LoRA)
         p = preset_for(True, 1, 1024)
         p = replace(p, gen=replace(p.gen, batch_size=g["batch"]))
