@@ -50,6 +50,7 @@ QWEN25_3B = dict(  # the published Qwen2.5-3B architecture numbers
 TINY = dict(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True)
 HEADS = ("plain", "chunked", "fused")
+PARTS = ("sft", "rl", "decode", "profile")  # profile: not in the default run (--parts ... profile)
 
 
 class Device:
@@ -98,20 +99,36 @@ def build_random_model(tokenizer_dir: Path, target: Path, smoke: bool) -> Path:
 
 @contextlib.contextmanager
 def lm_head_mode(mode: str):
-    """The LM head path the lab's losses take (coa_lab/lm_head.py) for the measurements inside."""
+    """The LM head path the lab's losses take (coa_lab/lm_head.py) for the measurements inside.
+    Yields a function: the positions that went through the fused kernel inside (0 unless "fused"
+    ran it: the proof, in the results file, of which path a figure measured)."""
     from coa_lab import lm_head
 
     saved = lm_head.UNCHUNKED, os.environ.get("COA_LAB_FUSED_CE")
     lm_head.UNCHUNKED = mode == "plain"
     os.environ["COA_LAB_FUSED_CE"] = "1" if mode == "fused" else "0"
+    start = lm_head.FUSED_POSITIONS
     try:
-        yield
+        yield lambda: lm_head.FUSED_POSITIONS - start
     finally:
         lm_head.UNCHUNKED = saved[0]
         if saved[1] is None:
             os.environ.pop("COA_LAB_FUSED_CE", None)
         else:
             os.environ["COA_LAB_FUSED_CE"] = saved[1]
+
+
+def check_datasets_package() -> None:
+    """transformers' Trainer (SFT) uses the `datasets` package when one is importable, and from the
+    repository root the lab's own datasets/ folder is importable under that name as a namespace
+    package: without the real package (the GPU image has none) the Trainer fails deep inside with
+    "module 'datasets' has no attribute 'Dataset'". Say so first."""
+    import datasets
+
+    if not hasattr(datasets, "Dataset"):
+        raise SystemExit("gpu_validate.py: the `datasets` package is missing (the repository's datasets/ folder is "
+                         "not it): carry its wheels in, datasets==4.8.5 with dill and multiprocess "
+                         "(docs/gpu-validation.md)")
 
 
 def heads_available(device: Device) -> list[str]:
@@ -154,9 +171,10 @@ def sft_run(model_dir: Path, tokenizer, context: int, head: str, device: Device,
     preset = preset_for(model_dir, device, sft={"max_length": context, "epochs": 1, "batch_size": 1, "grad_accum": 1})
     records = long_records(tokenizer, steps, context)
     device.reset_peak()
-    with lm_head_mode(head):
+    with lm_head_mode(head) as fused:
         res = train_sft(preset, records, out)
-    return {"context": context, "four_bit": preset.model.load_in_4bit, "lm_head": head, "steps": len(res.losses),
+    return {"context": context, "four_bit": preset.model.load_in_4bit, "lm_head": head, "fused_positions": fused(),
+            "steps": len(res.losses),
             "loss_first": res.losses[0], "loss_last": res.losses[-1], "train_seconds": res.train_seconds,
             "tokens_per_s": res.total_tokens / max(res.train_seconds, 1e-9), "peak_mem_gib": device.peak_gib(),
             "masked_observation_tokens": res.masked_observation_tokens}
@@ -182,14 +200,31 @@ def dapo_run(model, tok, preset, context: int, prompt_len: int, head: str, devic
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=preset.rl.learning_rate)
     device.reset_peak()
     t0 = time.time()
-    with lm_head_mode(head):
+    with lm_head_mode(head) as fused:
         stats = policy_update(model, opt, [group], rewards, preset, tok.pad_token_id)
     device.sync()
     seconds = time.time() - t0
     del opt
-    return {"four_bit": preset.model.load_in_4bit, "lm_head": head, "group_size": preset.rl.group_size,
+    return {"four_bit": preset.model.load_in_4bit, "lm_head": head, "fused_positions": fused(),
+            "group_size": preset.rl.group_size,
             "prompt_len": prompt_len, "response_len": response_len, "seconds": seconds,
             "peak_mem_gib": device.peak_gib(), **{k: v for k, v in stats.items() if isinstance(v, (int, float))}}
+
+
+def profile_update(model, tok, preset, context: int, prompt_len: int, device: Device, top: int = 20) -> dict:
+    """torch.profiler around one DAPO update (chunked head): the operators that take its time.
+    Why: the 2026-11-26 H200 run's SFT and DAPO throughput was 2.4-7x below the 2026-11-23 H100
+    run's for the same shapes, cause unknown (docs/gpu-validation.md); this says where it goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.cuda else [])
+    with profile(activities=activities) as prof:
+        run = dapo_run(model, tok, preset, context, prompt_len, "chunked", device)
+    key = "self_cuda_time_total" if device.cuda else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:top]
+    total = sum(getattr(e, key) for e in prof.key_averages()) or 1.0
+    return {"context": context, "seconds": run["seconds"], "sorted_by": key,
+            "top": [{"op": e.key, "share": getattr(e, key) / total, "calls": e.count} for e in events]}
 
 
 def decode_run(model, tok, batch: int, new_tokens: int) -> dict:
@@ -211,6 +246,25 @@ def decode_run(model, tok, batch: int, new_tokens: int) -> dict:
             "rows_with_same_tokens": same}
 
 
+def summarize(results: dict) -> dict:
+    """Issue 28's figures from the entries: each head's peak over the plain head's, per part and
+    context (the target: <= 0.70 at 8k), and the decoder's speed over `generate`."""
+    def peaks(entries, length):
+        return {(length(e), e["lm_head"]): e["peak_mem_gib"] for e in entries if e.get("peak_mem_gib")}
+
+    out = {}
+    for part, entries, length in (("sft", results["sft"], lambda e: e["context"]),
+                                  ("dapo", [r["dapo"] for r in results["rl"]],
+                                   lambda e: e["prompt_len"] + e["response_len"])):
+        got = peaks(entries, length)
+        out[f"{part}_peak_vs_plain"] = {f"{ctx}_{head}": round(peak / got[(ctx, "plain")], 3)
+                                        for (ctx, head), peak in sorted(got.items())
+                                        if head != "plain" and (ctx, "plain") in got}
+    if results["decode"]:
+        out["decode_speedup_vs_generate"] = round(results["decode"][-1]["speedup_vs_generate"], 3)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
@@ -227,10 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=2, help="SFT optimizer steps per configuration")
     p.add_argument("--decode-batch", type=int, default=64)
     p.add_argument("--decode-tokens", type=int, default=None, help="default 128 (smoke: 6)")
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS[:3]),
+                   help="what to measure (default all; on an H200 the whole run took ~9 min: split it over calls)")
+    p.add_argument("--heads", nargs="+", choices=HEADS, default=None, help="LM heads to compare (default: all available)")
     p.add_argument("--smoke", action="store_true", help="on the CPU, a tiny random model: checks the script runs")
     args = p.parse_args(argv)
     if not args.smoke and not torch.cuda.is_available():
         raise SystemExit("gpu_validate.py proves the GPU paths: run it on a CUDA machine (or --smoke on a CPU)")
+    check_datasets_package()
     device = Device(args.smoke)
     contexts = args.contexts or ([256, 512] if args.smoke else [4096, 8192])
     new_tokens = args.decode_tokens or (6 if args.smoke else 128)
@@ -246,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(versions), flush=True)
     t0 = time.time()
     build_random_model(args.tokenizer, model_dir, args.smoke)
-    heads = heads_available(device)
-    results = {"versions": versions, "smoke": args.smoke, "build_seconds": time.time() - t0, "lm_heads": heads,
+    heads = [h for h in heads_available(device) if args.heads is None or h in args.heads]
+    results = {"versions": versions, "smoke": args.smoke, "parts": args.parts, "build_seconds": time.time() - t0, "lm_heads": heads,
                "sft": [], "rl": [], "decode": []}
     path = args.out / "gpu_validation.json"
 
@@ -266,21 +324,30 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(results, indent=2))
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    sft_run(model_dir, tok, contexts[0] // 4, "chunked", device, args.out / "sft_warmup", 1)  # CUDA context, autotuning
-    for ctx in contexts:
-        for head in heads:
-            save("sft", measured(lambda: sft_run(model_dir, tok, ctx, head, device, args.out / f"sft_{ctx}_{head}",
-                                                 args.steps), context=ctx, lm_head=head, four_bit=device.cuda))
+    if "sft" in args.parts:
+        sft_run(model_dir, tok, contexts[0] // 4, "chunked", device, args.out / "sft_warmup", 1)  # CUDA context
+        for ctx in contexts:
+            for head in heads:
+                save("sft", measured(lambda: sft_run(model_dir, tok, ctx, head, device, args.out / f"sft_{ctx}_{head}",
+                                                     args.steps), context=ctx, lm_head=head, four_bit=device.cuda))
     preset = preset_for(model_dir, device)
     model, _ = load_model(preset.model, trainable=True)
     prompt_len = min(512, contexts[0] // 4)
-    for ctx in contexts:
-        for head in heads:
-            save("rl", {"dapo": measured(lambda: dapo_run(model, tok, preset, ctx, prompt_len, head, device),
-                                         lm_head=head, prompt_len=prompt_len, response_len=ctx - prompt_len)})
-    model.eval()
-    save("decode", decode_run(model, tok, args.decode_batch, new_tokens))
+    if "decode" in args.parts:  # first: the shortest part, and the one that needs no gradients
+        model.eval()
+        save("decode", decode_run(model, tok, args.decode_batch, new_tokens))
+        model.train()
+    if "rl" in args.parts:
+        for ctx in contexts:
+            for head in heads:
+                save("rl", {"dapo": measured(lambda: dapo_run(model, tok, preset, ctx, prompt_len, head, device),
+                                             lm_head=head, prompt_len=prompt_len, response_len=ctx - prompt_len)})
+    if "profile" in args.parts:
+        results["profile"] = profile_update(model, tok, preset, contexts[0], prompt_len, device)
+        print(json.dumps({"profile": results["profile"]["top"][:8]}), flush=True)
+        path.write_text(json.dumps(results, indent=2))
     del model
+    results["summary"] = summarize(results)
     rows = calibration(path) if device.cuda else []  # a tiny CPU model against the 3B plan means nothing
     results["calibration"] = [{"run": r.run, "quantity": r.quantity, "predicted": r.predicted, "measured": r.measured,
                                "ratio": r.ratio} for r in rows]

@@ -144,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--calibration", action="store_true",
-                   help="print the planner against the measured H100 runs (docs/gpu-validation.json) instead")
+                   help="print the planner against the measured GPU runs (plan_report.VALIDATION_RUNS), each on its GPU")
     for flag, help_ in [("--mfu", "SFT FLOPs utilisation, recompute counted (default fitted: 0.15)"),
                         ("--update-mfu", "RL update FLOPs utilisation (default fitted: 0.07)"),
                         ("--bandwidth-efficiency", "achieved share of HBM bandwidth in decoding (default 0.6)"),
@@ -243,12 +243,13 @@ def _plan(args) -> int:
     assumptions = {k: getattr(args, k) for k in ("mfu", "update_mfu", "bandwidth_efficiency", "response_fraction")
                    if getattr(args, k) is not None}
     try:
-        if args.calibration:
-            rows = plan_report.calibration(gpu=args.gpu, **assumptions)
+        if args.calibration:  # every recorded GPU run, each against the GPU it ran on
+            runs = [(path, plan_report.calibration(path, **assumptions)) for path in plan_report.VALIDATION_RUNS]
             if args.json:
-                print(json.dumps([{**vars(r), "ratio": round(r.ratio, 4)} for r in rows], indent=2))
+                print(json.dumps([{**vars(r), "ratio": round(r.ratio, 4), "source": path.name}
+                                  for path, rows in runs for r in rows], indent=2))
             else:
-                print(plan_report.format_calibration(rows))
+                print("\n\n".join(f"{path.name}:\n{plan_report.format_calibration(rows)}" for path, rows in runs))
             return 0
         if args.gpus < 1:
             raise ValueError(f"--gpus must be >= 1, got {args.gpus}")

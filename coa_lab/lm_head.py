@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 # True: every position's logits at once, the path issue 28 replaced. Only for measuring it
 # (benchmarks/gpu_validate.py); nothing else sets it.
 UNCHUNKED = False
+# positions that went through the fused kernel since import: how a measurement proves which path ran
+# (benchmarks/gpu_validate.py records it beside each "fused" figure)
+FUSED_POSITIONS = 0
 
 
 def _unwrap(model):
@@ -125,6 +128,8 @@ def _fused_kernel(head, hidden, temperature: float, softcap):
 def _fused_nll(kernel, head, hidden, targets, temperature: float, softcap, ignore_index: int):
     """-log softmax((hidden W^T + b) / T)[target] through the fused kernel: (h W^T + b) / T is
     (h / T) W^T + b / T, so the temperature scales the kernel's inputs."""
+    global FUSED_POSITIONS
+    FUSED_POSITIONS += hidden.shape[0]
     bias = None if head.bias is None else head.bias / temperature
     out = kernel(hidden / temperature if temperature != 1.0 else hidden, head.weight, targets, bias=bias,
                  ignore_index=ignore_index, reduction="none", softcap=softcap or None)

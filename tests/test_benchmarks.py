@@ -85,7 +85,7 @@ def test_gpu_validation_script_runs_at_smoke_size_and_the_planner_reads_its_file
     out = tmp_path / "gv"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_validate.py"), "--smoke", "--tokenizer",
                            str(embedded_model_dir()), "--out", str(out), "--contexts", "160", "--steps", "1",
-                           "--decode-batch", "3", "--decode-tokens", "4"],
+                           "--decode-batch", "3", "--decode-tokens", "4", "--parts", "sft", "rl", "decode", "profile"],
                           env={**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -101,6 +101,9 @@ def test_gpu_validation_script_runs_at_smoke_size_and_the_planner_reads_its_file
     (dec,) = data["decode"]
     assert dec["rows_with_same_tokens"] == 3 and dec["tokens_per_s"] > 0  # fp32: greedy tokens identical
     assert not (out / "sft_160_plain").exists()  # adapters are not results
+    assert all(r["fused_positions"] == 0 for r in data["sft"])  # no fused kernel here: the record says so
+    assert data["summary"]["sft_peak_vs_plain"] == {} and data["summary"]["decode_speedup_vs_generate"] > 0  # no peaks on CPU
+    assert data["profile"]["top"] and 0 < sum(t["share"] for t in data["profile"]["top"]) <= 1.0001
     # the planner reads a GPU run of this format: pretend the smoke figures were measured on one
     data["smoke"] = False
     for r in data["sft"] + [x["dapo"] for x in data["rl"]]:

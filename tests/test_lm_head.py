@@ -171,16 +171,21 @@ def test_fused_kernel_path_equals_the_chunked_path(fused_on_cpu, monkeypatch, te
     ids, attn, rows, columns, targets = _case(model)
     inputs = {"input_ids": ids, "attention_mask": attn}
     weights = torch.linspace(-1.0, 2.0, len(targets))  # per-token upstream gradients, as DAPO's are
+    from coa_lab import lm_head
+
+    before = lm_head.FUSED_POSITIONS
     got = nll_at(model, inputs, rows, columns, targets, temperature)
     (got * weights).sum().backward()
     assert fused_on_cpu, "the fused kernel was not used"
+    assert lm_head.FUSED_POSITIONS - before == len(targets)  # what gpu_validate.py records per figure
     got_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     monkeypatch.setenv("COA_LAB_FUSED_CE", "0")  # the switch: the chunked path
-    n_calls = len(fused_on_cpu)
+    n_calls, positions = len(fused_on_cpu), lm_head.FUSED_POSITIONS
     want = nll_at(model, inputs, rows, columns, targets, temperature)
     (want * weights).sum().backward()
     assert len(fused_on_cpu) == n_calls, "COA_LAB_FUSED_CE=0 still used the fused kernel"
+    assert lm_head.FUSED_POSITIONS == positions
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
     assert got[4] == 0
     for name, p in model.named_parameters():
