@@ -97,6 +97,9 @@ def summarize(run: str | Path, headline=None) -> dict:
         "rl_entropy_by_step": [m.get("entropy") for m in metrics],
         "rl_logprob_gap_by_step": [m.get("logprob_gap") for m in metrics],
         "seconds": get(timing, "total_seconds"),
+        # issue 26: the RL stage (screening included) within 40% of the demo's time
+        "rl_time_share": (timing["rl"] / timing["total_seconds"])
+        if timing and timing.get("rl") and timing.get("total_seconds") else None,
         "stage_seconds": {k: v for k, v in (timing or {}).items()
                           if k != "total_seconds" and isinstance(v, (int, float))},  # not the machine's peaks
     }
@@ -156,7 +159,8 @@ def write_report(run: str | Path) -> Path:
         lines += [f"Machine: {machine.get('cores', '?')} cores, measured matmul peak fp32 "
                   f"{fp32} GFLOP/s, bf16 {_fmt(machine.get('bf16_gflops'), 0)} GFLOP/s "
                   f"(bf16 autocast {'on' if machine.get('bf16_autocast') else 'off'}); "
-                  f"total {_fmt(timing.get('total_seconds'), 0)} s.", ""]
+                  f"total {_fmt(timing.get('total_seconds'), 0)} s"
+                  + (f", RL {summary['rl_time_share']:.0%} of it." if summary.get("rl_time_share") else "."), ""]
     n = summary["eval_tasks"]
     head = ", ".join(summary["headline_benchmarks"]) or "–"
     first_last = _thirds(summary["rl_train_accuracy_by_step"])

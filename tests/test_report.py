@@ -64,6 +64,7 @@ def test_publish_run_writes_the_run_files_figures_with_provenance(tmp_path):
     doc = json.loads(path.read_text())
     assert doc["source"] == "COA_LAB_PUBLISH=1 coa-lab demo" and doc["provenance"]["machine"] == machine
     assert doc["funnel"] == funnel and doc["summary"]["stage_seconds"] == {"rl": 600.0}
+    assert doc["summary"]["rl_time_share"] == 0.4  # issue 26's bound: RL within 40% of the demo
     link = '[600](docs/results/demo.json "summary.stage_seconds.rl")'
     assert check_figures(f"RL took {link} s", tmp_path) == (1, [])  # a link into it checks out...
     n, problems = check_figures(f"RL took {link.replace('[600]', '[500]')} s", tmp_path)
