@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-batch", type=int, default=64)
     p.add_argument("--decode-tokens", type=int, default=None, help="default 128 (smoke: 6)")
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS[:3]),
-                   help="what to measure (default all; on an H200 the whole run took ~9 min: split it over calls)")
+                   help="what to measure (default: sft rl decode; all three took > 9 min on an H200: split them over calls)")
     p.add_argument("--heads", nargs="+", choices=HEADS, default=None, help="LM heads to compare (default: all available)")
     p.add_argument("--smoke", action="store_true", help="on the CPU, a tiny random model: checks the script runs")
     args = p.parse_args(argv)
@@ -305,8 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     build_random_model(args.tokenizer, model_dir, args.smoke)
     heads = [h for h in heads_available(device) if args.heads is None or h in args.heads]
-    results = {"versions": versions, "smoke": args.smoke, "parts": args.parts, "build_seconds": time.time() - t0, "lm_heads": heads,
-               "sft": [], "rl": [], "decode": []}
+    results = {"versions": versions, "smoke": args.smoke, "parts": args.parts, "build_seconds": time.time() - t0,
+               "lm_heads": heads, "sft": [], "rl": [], "decode": []}
     path = args.out / "gpu_validation.json"
 
     def measured(run, **where) -> dict:
