@@ -184,6 +184,7 @@ def dapo_run(model, tok, preset, context: int, prompt_len: int, head: str, devic
     import torch
 
     from coa_lab.agents.coa_runner import Rollout
+    from coa_lab.generation.models import compute_context
     from coa_lab.rl.update import policy_update
 
     rng = random.Random(0)
@@ -201,7 +202,8 @@ def dapo_run(model, tok, preset, context: int, prompt_len: int, head: str, devic
     device.reset_peak()
     t0 = time.time()
     with lm_head_mode(head) as fused:
-        stats = policy_update(model, opt, [group], rewards, preset, tok.pad_token_id)
+        stats = policy_update(model, opt, [group], rewards, preset, tok.pad_token_id,
+                              compute=lambda: compute_context(model, preset.model))  # as rl/trainer.py does
     device.sync()
     seconds = time.time() - t0
     del opt
@@ -220,14 +222,19 @@ def profile_update(model, tok, preset, context: int, prompt_len: int, device: De
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.cuda else [])
     with profile(activities=activities) as prof:
         run = dapo_run(model, tok, preset, context, prompt_len, "chunked", device)
-    key = "self_cuda_time_total" if device.cuda else "self_cpu_time_total"
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:top]
-    total = sum(getattr(e, key) for e in prof.key_averages()) or 1.0
+    # torch >= 2.4 names the GPU's time "device" (self_cuda_time_total is gone in 2.11)
+    key = "self_device_time_total" if device.cuda else "self_cpu_time_total"
+    averages = prof.key_averages()
+    events = sorted(averages, key=lambda e: getattr(e, key), reverse=True)[:top]
+    total = sum(getattr(e, key) for e in averages) or 1.0
+    cpu_total = sum(e.self_cpu_time_total for e in averages)
+    # GPU busy time well under the wall time means the step waits on the host (launches, syncs)
     return {"context": context, "seconds": run["seconds"], "sorted_by": key,
+            "busy_seconds": total / 1e6, "host_seconds": cpu_total / 1e6,
             "top": [{"op": e.key, "share": getattr(e, key) / total, "calls": e.count} for e in events]}
 
 
-def decode_run(model, tok, batch: int, new_tokens: int) -> dict:
+def decode_run(model, tok, batch: int, new_tokens: int, compute=contextlib.nullcontext) -> dict:
     """The lab's decoder vs transformers `generate`: the same prompts, greedy, N tokens a row."""
     from bench_decode import hf_generate, lab_decode
 
@@ -235,7 +242,6 @@ def decode_run(model, tok, batch: int, new_tokens: int) -> dict:
 
     prompts = [chat_prompt_ids(tok, [{"role": "user", "content": f"Question {i}: what is {i} * {i + 7} minus {3 * i}?"}])
                for i in range(batch)]
-    compute = contextlib.nullcontext
     lab_decode(model, tok, prompts[:2], 4, compute)  # warm-up
     hf_generate(model, tok, prompts[:2], 4, compute)
     t_lab, lab_tokens = lab_decode(model, tok, prompts, new_tokens, compute)
@@ -270,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
     from transformers import AutoTokenizer
 
-    from coa_lab.generation.models import load_model
+    from coa_lab.generation.models import compute_context, load_model
     from coa_lab.planning.plan_report import calibration, format_calibration
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -335,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     prompt_len = min(512, contexts[0] // 4)
     if "decode" in args.parts:  # first: the shortest part, and the one that needs no gradients
         model.eval()
-        save("decode", decode_run(model, tok, args.decode_batch, new_tokens))
+        save("decode", decode_run(model, tok, args.decode_batch, new_tokens,
+                                        lambda: compute_context(model, preset.model)))  # the generator's mode
         model.train()
     if "rl" in args.parts:
         for ctx in contexts:

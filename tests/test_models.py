@@ -71,3 +71,32 @@ def test_a_full_fine_tune_output_becomes_the_base_for_a_lora(tmp_path):
 
     policy.save_pretrained(tmp_path / "rl_out")  # an adapter folder: not a whole model
     assert not is_full_model_dir(tmp_path / "rl_out")
+
+
+class _On:
+    """A stand-in model whose parameters live on `device` (no CUDA needed to build the context)."""
+
+    def __init__(self, device):
+        import torch
+
+        self._p = torch.nn.Parameter(torch.zeros(1)) if device == "cpu" else type("P", (), {"device": torch.device(device)})()
+
+    def parameters(self):
+        yield self._p
+
+
+def test_compute_context_autocasts_a_bf16_preset_on_gpu_and_not_an_fp32_one():
+    # QLoRA's prepare_model_for_kbit_training upcasts norms and embeddings to fp32: without autocast
+    # every activation of the lab's own forward passes ran in fp32 on the GPU (docs/gpu-validation.md)
+    import warnings
+
+    import torch
+
+    from coa_lab.generation.models import compute_context
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "CUDA is not available": building the context is enough
+        ctx = compute_context(_On("cuda"), ModelConfig(dtype="bfloat16", load_in_4bit=True))
+    assert isinstance(ctx, torch.autocast) and ctx.device == "cuda" and ctx.fast_dtype == torch.bfloat16
+    assert not isinstance(compute_context(_On("cuda"), ModelConfig(dtype="float32")), torch.autocast)
+    assert not isinstance(compute_context(_On("cpu"), ModelConfig(cpu_autocast_bf16=False)), torch.autocast)

@@ -136,9 +136,16 @@ def cpu_autocast_enabled(cfg: ModelConfig) -> bool:
 
 
 def compute_context(model, cfg: ModelConfig):
-    """bf16 autocast on CPU when the preset asks for it and the CPU has bf16 units (fp32
-    weights, bf16 matmuls: 2.4x faster forward and 2.5x faster forward+backward on such a
-    2-core machine); a no-op on GPU, where GPU presets load bf16 weights directly."""
+    """The numeric mode of every forward pass the lab runs itself (sampling, old log-probs, the
+    DAPO update), so sampler and trainer agree.
+
+    CPU: bf16 autocast when the preset asks for it and the CPU has bf16 units (fp32 weights, bf16
+    matmuls: 2.4x faster forward and 2.5x faster forward+backward on such a 2-core machine).
+    GPU with a bf16/fp16 preset: autocast to that dtype. Why: QLoRA's
+    prepare_model_for_kbit_training upcasts the norms and embeddings to fp32, so without it every
+    activation, and attention, ran in fp32. Measured on an H200 (docs/gpu-validation.md): the
+    profile of a DAPO update at 4k showed fp32 attention kernels; HF's Trainer (SFT) autocasts
+    with bf16=True, the lab's own update did not."""
     import contextlib
 
     import torch
@@ -146,6 +153,8 @@ def compute_context(model, cfg: ModelConfig):
     device = next(model.parameters()).device
     if device.type == "cpu" and cpu_autocast_enabled(cfg):
         return torch.autocast("cpu", dtype=torch.bfloat16)
+    if device.type == "cuda" and cfg.dtype in ("bfloat16", "float16"):
+        return torch.autocast("cuda", dtype=_torch_dtype(cfg.dtype))
     return contextlib.nullcontext()
 
 
