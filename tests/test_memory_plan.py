@@ -13,8 +13,8 @@ from coa_lab.config import get_preset
 from coa_lab.planning.memory_plan import (GIB, MEMORY_MARGIN, RECOMPUTE_BYTES, ModelShape, fit_verdict, lora_params, plan, qwen2_biases,
                                           shape_of)
 from coa_lab.planning.plan_report import (MEMORY_RATIO_RANGE, SFT_TOKENS_PER_S_ERROR, UPDATE_SECONDS_ERROR,
-                                          VALIDATION_JSON, VALIDATION_JSON_CHUNKED, VALIDATION_RUNS, calibration,
-                                          run_gpu)
+                                          VALIDATION_JSON, VALIDATION_JSON_AUTOCAST, VALIDATION_JSON_CHUNKED,
+                                          VALIDATION_RUNS, calibration, run_gpu)
 from coa_lab.planning.step_time import GPUS, GPUSpec, attention_flops, gpu_spec, matmul_params, step_time, train_flops
 
 TOY = ModelShape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10, tied=True)
@@ -250,7 +250,7 @@ def test_chunked_run_memory_within_the_stated_error_and_the_issue_28_drop():
     data = json.loads(VALIDATION_JSON_CHUNKED.read_text())
     assert run_gpu(data) == "H200" and run_gpu({}) == "H100"
     peaks = [r for r in calibration(VALIDATION_JSON_CHUNKED) if r.quantity == "peak_gib"]
-    assert len(peaks) == 11  # 6 SFT + 5 DAPO (the fused head's 8k update did not run)
+    assert len(peaks) == 12  # 6 SFT + 6 DAPO (the fused head's 8k update ran in a later session)
     for r in peaks:
         assert MEMORY_RATIO_RANGE[0] <= r.ratio <= MEMORY_RATIO_RANGE[1], (r.run, r.ratio)
         assert r.measured <= r.predicted * MEMORY_MARGIN, r.run
@@ -259,6 +259,20 @@ def test_chunked_run_memory_within_the_stated_error_and_the_issue_28_drop():
             for r in data["rl"]}
     for peak in (sft, dapo):
         assert peak[(8192, "chunked")] <= 0.7 * peak[(8192, "plain")]
+
+
+def test_autocast_run_is_within_the_stated_error_and_faster_than_fp32_activations():
+    """The same H200 kind after the GPU autocast fix: the DAPO update's peaks still within the
+    planner's error, and the update faster and smaller than with fp32 activations (the run before)."""
+    data = json.loads(VALIDATION_JSON_AUTOCAST.read_text())
+    peaks = [r for r in calibration(VALIDATION_JSON_AUTOCAST) if r.quantity == "peak_gib"]
+    assert len(peaks) == 2 and all(MEMORY_RATIO_RANGE[0] <= r.ratio <= MEMORY_RATIO_RANGE[1] for r in peaks)
+    before = {(r["dapo"]["response_len"], r["dapo"]["lm_head"]): r["dapo"]
+              for r in json.loads(VALIDATION_JSON_CHUNKED.read_text())["rl"]}
+    for r in data["rl"]:
+        d = r["dapo"]
+        fp32 = before[(d["response_len"], d["lm_head"])]
+        assert d["seconds"] < 0.7 * fp32["seconds"] and d["peak_mem_gib"] < fp32["peak_mem_gib"], d
 
 
 def test_at_full_utilisation_the_planner_is_a_lower_bound_on_time():

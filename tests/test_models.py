@@ -79,7 +79,8 @@ class _On:
     def __init__(self, device):
         import torch
 
-        self._p = torch.nn.Parameter(torch.zeros(1)) if device == "cpu" else type("P", (), {"device": torch.device(device)})()
+        on = torch.device(device)
+        self._p = torch.nn.Parameter(torch.zeros(1)) if device == "cpu" else type("P", (), {"device": on})()
 
     def parameters(self):
         yield self._p

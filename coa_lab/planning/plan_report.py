@@ -19,7 +19,9 @@ from coa_lab.planning.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MF
 
 VALIDATION_JSON = PROJECT_ROOT / "docs" / "gpu-validation.json"  # H100, 2026-11-23 (before chunking)
 VALIDATION_JSON_CHUNKED = PROJECT_ROOT / "docs" / "results" / "gpu_validation_h200.json"  # H200, issue 28 (2026-11-26)
-VALIDATION_RUNS = (VALIDATION_JSON, VALIDATION_JSON_CHUNKED)
+# the same H200 kind after the GPU autocast fix (models.compute_context): bf16 activations in the update
+VALIDATION_JSON_AUTOCAST = PROJECT_ROOT / "docs" / "results" / "gpu_validation_h200_autocast.json"
+VALIDATION_RUNS = (VALIDATION_JSON, VALIDATION_JSON_CHUNKED, VALIDATION_JSON_AUTOCAST)
 # The errors stated for the defaults (tests/test_memory_plan.py holds calibration() to them):
 SFT_TOKENS_PER_S_ERROR = 0.40  # |predicted / measured - 1| of SFT tokens/s
 UPDATE_SECONDS_ERROR = 0.20  # the same for the DAPO update's seconds
