@@ -58,7 +58,10 @@ def pooled(result, keys) -> dict:
     n = sum(s.tasks * s.samples for s in suites)
     return {"tasks": sum(s.tasks for s in suites),
             "accuracy": sum(s.accuracy * s.tasks * s.samples for s in suites) / n,
-            "format_valid": sum(s.format_valid * s.tasks * s.samples for s in suites) / n}
+            "format_valid": sum(s.format_valid * s.tasks * s.samples for s in suites) / n,
+            # per benchmark: where a gain is (RL took arithmetic to its ceiling and left the
+            # look-ups where SFT had them: docs/design.md, "Where RL's gain is")
+            "by_benchmark": {k: result.suites[k].accuracy for k in keys if k in result.suites}}
 
 
 def thirds(xs: list[float]) -> tuple[float, float] | None:
@@ -179,6 +182,7 @@ def main() -> int:
                "sft_adapter_sha256": weights_sha256(adapter), "split": args.split,
                "test_mix": mix,
                "test_tasks": sft["tasks"], "sft_test_accuracy": sft["accuracy"], "sft_format_valid": sft["format_valid"],
+               "sft_accuracy_by_benchmark": sft["by_benchmark"], "rl_accuracy_by_benchmark": [],
                "sft_eval_seconds": round(time.time() - t0, 1), "seeds": [], "rl_test_accuracy": [],
                "rl_format_valid": [], "gains": [], "train_accuracy_by_step": [], "entropy_by_step": [],
                "logprob_gap_by_step": [], "rl_seconds": [], "eval_seconds": [], "machine_start": machine_start,
@@ -221,6 +225,7 @@ def main() -> int:
         out.setdefault("pool", json.loads((run / "rl" / "pool.json").read_text()))  # what every seed trained on
         out["rl_test_accuracy"].append(rl["accuracy"])
         out["rl_format_valid"].append(rl["format_valid"])
+        out.setdefault("rl_accuracy_by_benchmark", []).append(rl["by_benchmark"])  # (absent in files before it)
         out["gains"].append(rl["accuracy"] - sft["accuracy"])
         out["train_accuracy_by_step"].append([m["accuracy"] for m in metrics])
         out["entropy_by_step"].append([m.get("entropy") for m in metrics])
@@ -231,7 +236,8 @@ def main() -> int:
         out["machine"] = pipeline.machine_peak(preset)
         out["seconds"] = round(time.time() - t0, 1)
         print(f"seed {seed}: RL {rl['accuracy']:.3f} (gain {100 * out['gains'][-1]:+.1f} points), format valid "
-              f"{rl['format_valid']:.3f}, train accuracy by step {[round(x, 2) for x in out['train_accuracy_by_step'][-1]]}")
+              f"{rl['format_valid']:.3f}, by benchmark { {k: round(v, 3) for k, v in rl['by_benchmark'].items()} }, "
+              f"train accuracy by step {[round(x, 2) for x in out['train_accuracy_by_step'][-1]]}")
         path = save(args.name, out)
         plot(out, path.with_suffix(".png"))
     print(json.dumps(out["targets"], indent=2))

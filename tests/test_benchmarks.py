@@ -74,6 +74,12 @@ def test_rl_seeds_benchmark_screens_once_and_appends(tmp_path):
     again = _bench("rl_seeds", ["--seeds", "0", "1", "2", "--append"], tmp_path)
     assert again["seeds"] == [0, 1, 2] and again["rl_test_accuracy"][:2] == out["rl_test_accuracy"]
     assert again["sft_test_accuracy"] == out["sft_test_accuracy"] and again["targets"]["seeds_done"] == 3
+    # per benchmark, weighted by its tasks, they give the pooled accuracy back
+    mix = again["test_mix"]
+    for by, pooled in [(again["sft_accuracy_by_benchmark"], again["sft_test_accuracy"]),
+                       *zip(again["rl_accuracy_by_benchmark"], again["rl_test_accuracy"])]:
+        assert set(by) <= set(mix) and by
+        assert sum(by[k] * mix[k] for k in by) / sum(mix[k] for k in by) == pytest.approx(pooled)
 
 
 def test_gpu_validation_script_runs_at_smoke_size_and_the_planner_reads_its_file(tmp_path):
