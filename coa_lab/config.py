@@ -155,6 +155,9 @@ class RLConfig:
     # question was drawn 3-4 times and RL reinforced the wording of a handful (issue 26)
     pool: dict[str, int] = field(default_factory=lambda: {"math/arith": 48, "mhqa/lookup": 16})
     pool_samples: int = 4
+    # draw half the samples first, the rest only for candidates they left undecided (two that
+    # disagree already make a 4-sample pass rate 1/4..3/4): the same pool for fewer rollouts
+    pool_adaptive: bool = True
     pool_min_pass: float = 0.2
     pool_max_pass: float = 0.8
     # Anchors: candidates the SFT model solved every time, a few sampled at every step beside

@@ -203,7 +203,8 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
 
         torch.manual_seed(rl_seed(preset))  # the screening samples are RL's randomness too
         pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset.gen, r.pool_samples,
-                                   r.pool_min_pass, r.pool_max_pass, r.temperature, r.format_reward)
+                                   r.pool_min_pass, r.pool_max_pass, r.temperature, r.format_reward,
+                                   adaptive=r.pool_adaptive)
     fallback = reused_fallback or len(pool) < r.prompts_per_step
     if fallback:  # too few mixed-outcome questions: train on every candidate, and say so
         pool = candidates
@@ -225,6 +226,7 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
                       sft_records=sft_records)
     summary = {"steps": len(result.metrics), "metrics": result.metrics, "pool": len(pool), "anchors": len(anchors),
                "pool_candidates": len(candidates), "pool_histogram": report.histogram,
+               "pool_rollouts": report.rollouts,
                "pool_fallback": fallback, "pool_seconds": screen_seconds, "seconds": round(time.time() - t0, 1)}
     if distributed.is_main():
         _write_json(run / "rl" / "summary.json", summary)

@@ -1,11 +1,14 @@
 """Choosing the RL pool by the policy's own pass rate (the paper keeps queries the SFT model
 solves sometimes but not always)."""
 
+import itertools
+import re
+
 import pytest
 
 from coa_lab.config import get_preset
 from coa_lab.generation.result import Generation
-from coa_lab.rl.pool import anchor_stream, keep_by_pass_rate, select_pool, template_of
+from coa_lab.rl.pool import anchor_stream, decided_early, keep_by_pass_rate, select_pool, template_of
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 
@@ -55,31 +58,68 @@ def test_keep_by_pass_rate_drops_never_and_always_solved():
 
 
 class KnownSkill:
-    """Answers task t{k} correctly in the first `k - 1` of every 4 samples: pass rates 0, 1/4, 2/4, 3/4."""
+    """Answers task t{k} correctly in its first `k - 1` samples of every 4 (counted per task, in
+    the order they are asked for): pass rates 0, 1/4, 2/4, 3/4."""
 
     def __init__(self, tokenizer):
-        self.tokenizer, self.calls = tokenizer, 0
+        self.tokenizer, self.asked = tokenizer, {}
 
     def generate(self, prompts, max_new_tokens, temperature=0.0, top_p=1.0, stop=()):
         out = []
-        for i, _ in enumerate(prompts):
-            task_no, sample = i // 4 + 1, i % 4
-            value = 2 * task_no if sample < task_no - 1 else -1
+        for prompt in prompts:
+            task_no = int(re.search(r"What is (\d+) \+", self.tokenizer.decode(prompt)).group(1))
+            sample = self.asked.get(task_no, 0)
+            self.asked[task_no] = sample + 1
+            value = 2 * task_no if sample % 4 < task_no - 1 else -1
             text = f"<think>t</think><answer>\\boxed{{{value}}}</answer>"
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             out.append(Generation(ids, text, "stop", 1))
         return out
 
 
-@pytest.mark.model
-def test_select_pool_samples_each_candidate_and_keeps_mixed_ones():
+def _screen(adaptive: bool):
     from coa_lab.generation.models import load_tokenizer
 
     preset = get_preset("cpu-smoke")
-    tok = load_tokenizer(preset.model.name)
-    kept, report = select_pool(KnownSkill(tok), TASKS, build_tools(["code"]), preset.gen, samples=4,
-                               min_pass=0.2, max_pass=0.8, temperature=1.0)
+    policy = KnownSkill(load_tokenizer(preset.model.name))
+    kept, report = select_pool(policy, TASKS, build_tools(["code"]), preset.gen, samples=4,
+                               min_pass=0.2, max_pass=0.8, temperature=1.0, adaptive=adaptive)
+    return policy, kept, report
+
+
+@pytest.mark.model
+def test_select_pool_samples_each_candidate_and_keeps_mixed_ones():
+    policy, kept, report = _screen(adaptive=False)
     assert [t.id for t in kept] == ["t2", "t3", "t4"]
     assert report.pass_rates == {"t1": 0.0, "t2": 0.25, "t3": 0.5, "t4": 0.75}
     assert report.histogram == {"0/4": 1, "1/4": 1, "2/4": 1, "3/4": 1, "4/4": 0}
-    assert report.kept == 3 and report.candidates == 4
+    assert report.kept == 3 and report.candidates == 4 and report.rollouts == 16 == sum(policy.asked.values())
+
+
+@pytest.mark.model
+def test_adaptive_screening_keeps_the_same_pool_from_fewer_rollouts():
+    policy, kept, report = _screen(adaptive=True)
+    assert [t.id for t in kept] == ["t2", "t3", "t4"]  # as with every sample drawn
+    # t2's first two samples disagree (right, wrong): mixed whatever follows, so it stops at 2;
+    # t1 (wrong, wrong) and t3, t4 (right, right) could still end at 0/4 or 4/4: all 4 drawn
+    assert policy.asked == {1: 4, 2: 2, 3: 4, 4: 4} and report.rollouts == 14
+    assert report.pass_rates == {"t1": 0.0, "t2": 0.5, "t3": 0.5, "t4": 0.75}
+    assert report.histogram == {"0/4": 1, "1/4": 0, "2/4": 1, "3/4": 1, "4/4": 0, "1/2": 1}
+
+
+@pytest.mark.parametrize("samples", [2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("window", [(0.2, 0.8), (0.0, 1.0), (0.3, 0.6), (0.5, 0.5)])
+def test_an_early_decision_never_differs_from_drawing_every_sample(samples, window):
+    """Every outcome sequence: stopping where decided_early says so keeps the candidate (and
+    makes it an anchor) exactly when drawing all samples would."""
+    lo, hi = window
+    first = max(2, -(-samples // 2))
+    for outcomes in itertools.product([0, 1], repeat=samples):
+        full_rate = sum(outcomes) / samples
+        full_kept = bool(keep_by_pass_rate(TASKS[:1], [full_rate], lo, hi))
+        head = sum(outcomes[:first])
+        if first < samples and decided_early(head, first, samples, lo, hi):
+            assert bool(keep_by_pass_rate(TASKS[:1], [head / first], lo, hi)) == full_kept, (outcomes, window)
+            assert full_rate != 1.0  # an anchor-to-be is never cut short
+    assert decided_early(1, 2, 4, 0.2, 0.8) and not decided_early(2, 2, 4, 0.2, 0.8)
+    assert not decided_early(0, 2, 4, 0.2, 0.8) and decided_early(0, 4, 4, 0.2, 0.8)

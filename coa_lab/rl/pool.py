@@ -25,10 +25,11 @@ class PoolReport:
     samples: int
     kept: int
     pass_rates: dict[str, float] = field(default_factory=dict)  # task id -> pass rate
-    histogram: dict[str, int] = field(default_factory=dict)  # "0/4".."4/4" -> tasks
+    histogram: dict[str, int] = field(default_factory=dict)  # "0/4".."4/4" (and "1/2": decided early) -> tasks
+    rollouts: int | None = None  # samples drawn in all (adaptive screening draws fewer than candidates x samples)
 
     def to_dict(self) -> dict:
-        return {"candidates": self.candidates, "samples": self.samples, "kept": self.kept,
+        return {"candidates": self.candidates, "samples": self.samples, "kept": self.kept, "rollouts": self.rollouts,
                 "histogram": self.histogram, "pass_rates": self.pass_rates}
 
 
@@ -40,22 +41,50 @@ def keep_by_pass_rate(tasks: list, pass_rates: list[float], min_pass: float, max
     return [t for t, p in zip(tasks, pass_rates) if 0.0 < p < 1.0 and min_pass <= p <= max_pass]
 
 
+def decided_early(successes: int, drawn: int, samples: int, min_pass: float, max_pass: float) -> bool:
+    """Whether `successes` of the first `drawn` samples already fix a candidate's fate for any
+    outcome of the remaining `samples - drawn`: every reachable pass rate is kept by
+    keep_by_pass_rate (with min_pass 0.2, max_pass 0.8 and 4 samples, two samples that disagree
+    put the rate at 1/4..3/4 whatever follows). A candidate that could still end at 1.0 is never
+    decided early: solved every time, it becomes an anchor, so it needs all its samples."""
+    if drawn >= samples:
+        return True
+    reachable = [(successes + extra) / samples for extra in range(samples - drawn + 1)]
+    return 1.0 not in reachable and all(0.0 < p < 1.0 and min_pass <= p <= max_pass for p in reachable)
+
+
 def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_pass: float, max_pass: float,
-                temperature: float, format_gate: bool = True) -> tuple[list, PoolReport]:
+                temperature: float, format_gate: bool = True, adaptive: bool = True) -> tuple[list, PoolReport]:
     """Sample every candidate `samples` times with the policy and keep the mixed-outcome ones
     (in a launched run the ranks share the rollouts and all get the same pool). A pass is RL's
-    own reward (rl/rollouts.rollout_reward, format_gate = rl.format_reward)."""
-    rollouts = run_coa_across_ranks(generator, candidates, tools, gen_cfg, samples=samples, temperature=temperature,
-                        progress="screen pool")
-    rates = []
-    for i, _task in enumerate(candidates):
-        group = rollouts[i * samples : (i + 1) * samples]
-        rates.append(sum(rollout_reward(r, format_gate) == 1.0 for r in group) / samples)
+    own reward (rl/rollouts.rollout_reward, format_gate = rl.format_reward).
+
+    adaptive: draw half the samples first, and the rest only for candidates those did not
+    decide (decided_early). The kept set and the anchors follow the same rule as drawing every
+    sample; what is saved is the samples of candidates already shown mixed (~15% of the
+    demo's screening rollouts). Their pass rate is reported over the samples drawn, and the
+    histogram counts them as "k/drawn"."""
+    first = min(samples, max(2, -(-samples // 2))) if adaptive else samples
+    rollouts = run_coa_across_ranks(generator, candidates, tools, gen_cfg, samples=first, temperature=temperature,
+                                    progress="screen pool")
+    wins = [sum(rollout_reward(r, format_gate) == 1.0 for r in rollouts[i * first : (i + 1) * first])
+            for i in range(len(candidates))]
+    drawn = [first] * len(candidates)
+    rest = [i for i in range(len(candidates)) if not decided_early(wins[i], first, samples, min_pass, max_pass)]
+    if rest and samples > first:
+        more = samples - first
+        extra = run_coa_across_ranks(generator, [candidates[i] for i in rest], tools, gen_cfg, samples=more,
+                                     temperature=temperature, progress="screen pool (rest)")
+        for j, i in enumerate(rest):
+            wins[i] += sum(rollout_reward(r, format_gate) == 1.0 for r in extra[j * more : (j + 1) * more])
+            drawn[i] = samples
+    rates = [w / d for w, d in zip(wins, drawn)]
     kept = keep_by_pass_rate(candidates, rates, min_pass, max_pass)
     histogram: dict[str, int] = {f"{k}/{samples}": 0 for k in range(samples + 1)}
-    for p in rates:
-        histogram[f"{round(p * samples)}/{samples}"] += 1
-    return kept, PoolReport(len(candidates), samples, len(kept), {t.id: p for t, p in zip(candidates, rates)}, histogram)
+    for w, d in zip(wins, drawn):
+        histogram[f"{w}/{d}"] = histogram.get(f"{w}/{d}", 0) + 1
+    return kept, PoolReport(len(candidates), samples, len(kept), {t.id: p for t, p in zip(candidates, rates)},
+                            histogram, rollouts=sum(drawn))
 
 
 def template_of(task) -> str:
