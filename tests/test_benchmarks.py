@@ -124,3 +124,33 @@ def test_gpu_validation_script_runs_at_smoke_size_and_the_planner_reads_its_file
     assert chunked.predicted < plain.predicted - 5 and plain.measured == 10.0  # 8k x 152k fp32 logits: > 5 GiB
     assert any(k[0].startswith("DAPO 8 x") and k[0].endswith("chunked head") for k in rows)
     assert ("lab decoder, batch 3, 4-bit", "decode_tokens_per_s") in rows
+
+
+def test_test_suite_benchmark_counts_a_real_pytest_run(tmp_path):
+    """bench_test_suite runs pytest as `make test` does and records counts, time and the slowest
+    tests from pytest's own reports (here on one small, model-free test file)."""
+    env = {**os.environ, "COA_LAB_RUNS": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_test_suite.py"), "--preset", "cpu-smoke",
+                           "--pytest-args", "-q --durations=3 tests/test_published_figures.py"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = json.loads((tmp_path / "bench" / "test_suite.json").read_text())
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/test_published_figures.py"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=300)
+    n = int(collected.stdout.strip().splitlines()[-1].split()[0])  # "7 tests collected in 0.1s"
+    assert out["passed"] == n > 0 and out["failed"] == out["errors"] == 0 and out["exit_code"] == 0
+    assert 0 < len(out["slowest"]) <= 3 and all(s["test"].startswith("tests/test_published_figures.py") for s in out["slowest"])
+    assert out["seconds"] > 0 and out["machine"]["fp32_gflops"] > 0 and "provenance" in out
+
+
+def test_test_suite_benchmark_reads_junit_and_durations(tmp_path):
+    from conftest import import_benchmark
+
+    bench = import_benchmark("bench_test_suite")
+    path = tmp_path / "junit.xml"
+    path.write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest" errors="1" failures="2" skipped="3" '
+                    'tests="20" time="5.0"></testsuite></testsuites>')
+    assert bench.junit_counts(path) == {"passed": 14, "failed": 2, "errors": 1, "skipped": 3}
+    out = "== slowest 3 durations ==\n102.16s call     tests/a.py::test_x[1 2]\n0.50s setup    tests/b.py::test_y\nnoise\n"
+    assert bench.slowest(out) == [{"seconds": 102.16, "phase": "call", "test": "tests/a.py::test_x[1 2]"},
+                                  {"seconds": 0.5, "phase": "setup", "test": "tests/b.py::test_y"}]
