@@ -24,6 +24,19 @@ def test_appends_equal_concatenation_and_reads_are_views_of_one_buffer():
     assert layer.get_seq_length() == 279
 
 
+def test_keys_and_values_keep_their_own_dtypes():
+    """Under autocast the values come out of v_proj in bf16 and RoPE returns fp32 keys: the
+    cache holds each as given (DynamicCache's concatenation would), with no upcast copy."""
+    layer, ref_v = GrowingLayer(), []
+    for step, t in enumerate([6, 1, 1, 90]):  # the last write regrows the buffers
+        k, v = _kv(2, t, step)
+        v = v.to(torch.bfloat16)
+        keys, values = layer.update(k, v)
+        ref_v.append(v)
+        assert keys.dtype == torch.float32 and values.dtype == torch.bfloat16
+        assert torch.equal(values, torch.cat(ref_v, dim=2))
+
+
 def test_capacity_doubles_so_decoding_reallocates_rarely():
     layer, buffers = GrowingLayer(), set()
     layer.update(*_kv(2, 10, 0))

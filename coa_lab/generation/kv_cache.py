@@ -29,6 +29,11 @@ class GrowingLayer(DynamicLayer):
         super().lazy_initialization(key_states, value_states)
         self.length, self.rows = 0, key_states.shape[0]
         self._k = self._v = None
+        # keys and values may differ in dtype: under autocast the values leave v_proj in bf16
+        # while RoPE (fp32 cos/sin) returns fp32 keys. Each buffer keeps its own, as DynamicCache's
+        # concatenation does; a values buffer in the keys' fp32 would double its memory and
+        # convert every write.
+        self._v_dtype = value_states.dtype
 
     def _reserve(self, need: int) -> None:
         import torch
@@ -38,7 +43,7 @@ class GrowingLayer(DynamicLayer):
             return
         new = max(2 * capacity, need + MIN_GROWTH)
         k = torch.empty((self.rows, *self._shape[1:2], new, self._shape[3]), dtype=self.dtype, device=self.device)
-        v = torch.empty_like(k)
+        v = torch.empty_like(k, dtype=self._v_dtype)
         if self.length:
             k[:, :, : self.length] = self._k[: self.rows, :, : self.length]
             v[:, :, : self.length] = self._v[: self.rows, :, : self.length]
