@@ -93,7 +93,8 @@ def _shown_number(text: str) -> tuple[float, int] | None:
 
 def check_figures(text: str, base: Path = PROJECT_ROOT) -> tuple[int, list[str]]:
     """(links checked, problems): each linked figure must be the file's value at its key, as
-    the text rounds it (0.807 backs 0.8071, not 0.81); a non-number must be equal as text."""
+    the text rounds it (0.807 backs 0.8071, not 0.81); a true/false as yes/no or true/false; any
+    other value must be equal as text."""
     problems, docs, n = [], {}, 0
     for shown, rel, key in LINK.findall(text):
         n += 1
@@ -113,6 +114,9 @@ def check_figures(text: str, base: Path = PROJECT_ROOT) -> tuple[int, list[str]]
         if number is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             quoted, decimals = number
             if abs(quoted - value) > 0.5 * 10 ** -decimals + 1e-9:
+                problems.append(f"[{shown}]({rel} {key!r}): the file says {value}")
+        elif isinstance(value, bool):  # a JSON true/false, shown as yes/no or true/false
+            if shown.replace("*", "").strip().lower() not in (("yes", "true") if value else ("no", "false")):
                 problems.append(f"[{shown}]({rel} {key!r}): the file says {value}")
         elif shown.replace("*", "").strip() != str(value):
             problems.append(f"[{shown}]({rel} {key!r}): the file says {value!r}")

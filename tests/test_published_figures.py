@@ -25,6 +25,12 @@ def test_a_figure_is_checked_against_its_file(tmp_path):
                                 '[1](docs/results/y.json "a") [tiny](docs/results/x.json "name")', tmp_path)
     assert n == 4 and len(problems) == 4  # wrong rounding, no such item, no such file, other text
     assert "0.8071" in problems[0]
+    publish("b", {"same": True, "other": False, "machine": {"cores": 2}}, "benchmarks/bench_b.py", {"cores": 2}, results)
+    assert check_figures('[yes](docs/results/b.json "same") [true](docs/results/b.json "same") '
+                         '[no](docs/results/b.json "other") [false](docs/results/b.json "other")', tmp_path) == (4, [])
+    n, problems = check_figures('[no](docs/results/b.json "same") [yes](docs/results/b.json "other") '
+                                '[1](docs/results/b.json "same")', tmp_path)
+    assert n == 3 and len(problems) == 3  # a boolean is never read as its opposite, nor as a number
 
 
 def test_published_files_carry_their_provenance(tmp_path):
