@@ -16,6 +16,7 @@ earlier runs). Issue 27's target: `make test` <= 15 min on a machine whose fp32 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -36,6 +37,16 @@ from coa_lab.pipeline import machine_peak  # noqa: E402
 # "102.16s call     tests/test_distributed.py::test_sft_under_..." (pytest --durations)
 DURATION = re.compile(r"^\s*([0-9.]+)s\s+(setup|call|teardown)\s+(\S.*)$")
 DESELECTED = re.compile(r"(\d+) deselected")
+
+
+def junit_failures(xml_path: Path) -> list[str]:
+    """The ids ("file::name") of the test cases that failed or errored, from the JUnit XML."""
+    out = []
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            path = (case.get("classname") or "").replace(".", "/")
+            out.append(f"{path}.py::{case.get('name')}" if path else case.get("name", "?"))
+    return out
 
 
 def junit_counts(xml_path: Path) -> dict:
@@ -64,14 +75,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
         command = [sys.executable, "-m", "pytest", *shlex.split(args.pytest_args), f"--junitxml={junit}"]
+        # the suite must not publish: under `make bench` COA_LAB_PUBLISH=1 is set, and the
+        # benchmarks the tests run at smoke size would overwrite docs/results/ with their figures
+        env = {k: v for k, v in os.environ.items() if k != "COA_LAB_PUBLISH"}
         t0 = time.time()
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
         seconds = round(time.time() - t0, 1)
         output = done.stdout + done.stderr
         if not junit.exists():
             sys.stderr.write(output[-4000:])
             raise SystemExit(f"pytest wrote no JUnit report (exit code {done.returncode}): see its output above")
         counts = junit_counts(junit)
+        failures = junit_failures(junit)
     summary = [line for line in output.splitlines() if " in " in line and ("passed" in line or "failed" in line)]
     deselected = DESELECTED.search(summary[-1]) if summary else None
     machine = machine_peak(preset)
@@ -79,7 +94,7 @@ def main() -> int:
         "command": f"python -m pytest {args.pytest_args}", "exit_code": done.returncode, **counts,
         "deselected": int(deselected.group(1)) if deselected else 0, "seconds": seconds,
         "minutes": round(seconds / 60, 1), "summary_line": summary[-1].strip("= ") if summary else None,
-        "slowest": slowest(output),
+        "failures": failures, "slowest": slowest(output),
         # minutes x the probe: roughly constant across draws of the machine, so comparable
         "minutes_x_fp32_gflops": round(seconds / 60 * machine["fp32_gflops"]),
         "machine_start": machine_start, "machine": machine,
