@@ -38,7 +38,12 @@ def keep_by_pass_rate(tasks: list, pass_rates: list[float], min_pass: float, max
     (an all-wrong or all-right group carries no learning signal)."""
     if len(tasks) != len(pass_rates):
         raise ValueError(f"{len(tasks)} tasks but {len(pass_rates)} pass rates")
-    return [t for t, p in zip(tasks, pass_rates) if 0.0 < p < 1.0 and min_pass <= p <= max_pass]
+    return [t for t, p in zip(tasks, pass_rates) if kept_rate(p, min_pass, max_pass)]
+
+
+def kept_rate(p: float, min_pass: float, max_pass: float) -> bool:
+    """The pool's rule for one pass rate: within [min_pass, max_pass], and never 0 or 1."""
+    return 0.0 < p < 1.0 and min_pass <= p <= max_pass
 
 
 def decided_early(successes: int, drawn: int, samples: int, min_pass: float, max_pass: float) -> bool:
@@ -50,7 +55,7 @@ def decided_early(successes: int, drawn: int, samples: int, min_pass: float, max
     if drawn >= samples:
         return True
     reachable = [(successes + extra) / samples for extra in range(samples - drawn + 1)]
-    return 1.0 not in reachable and all(0.0 < p < 1.0 and min_pass <= p <= max_pass for p in reachable)
+    return 1.0 not in reachable and all(kept_rate(p, min_pass, max_pass) for p in reachable)
 
 
 def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_pass: float, max_pass: float,
