@@ -12,7 +12,12 @@ tokens (EOS does not end a row in either system, so both decode the same full ba
   - `same_tokens`: whether every row's greedy tokens are identical;
   - `step_ms`: one decode step, (time for N tokens - time for 1 token) / (N - 1), prefill excluded;
   - `peak_fraction`: the step's matmul work (2 x the weights of every Linear, lm_head included,
-    x rows) per second, over the fp32 (or bf16 under autocast) matmul peak probed in this run.
+    x rows) per second, over the fp32 (or bf16 under autocast) matmul peak probed in this run;
+  - under bf16 autocast, `recast_tokens_per_s`: the lab's decoder without holding the frozen
+    weights in bf16 while it decodes (decoding.frozen_linears_in_autocast_dtype), i.e. autocast
+    casting every weight from fp32 again at every step, as it did before that fix.
+The weights are frozen, as evaluation (an adapter loaded for inference) and RL's sampler (LoRA
+on a frozen base) hold them: autocast keeps its cast only of weights that require grad.
 Targets (issue 27): >= 2.5x `generate` at batch 36; a decode step at batch >= 36 at >= 40% of
 the measured peak. `--profile` adds the top operators of a batch-36 decode step.
 """
@@ -49,7 +54,11 @@ class NoEOS:
         return self._tok(*a, **k)
 
 
-def lab_decode(model, tok, prompts, n, compute) -> tuple[float, list[list[int]]]:
+def lab_decode(model, tok, prompts, n, compute, recast: bool = False) -> tuple[float, list[list[int]]]:
+    import contextlib
+
+    from coa_lab.generation import decoding
+
     out: dict[int, list[int]] = {}
 
     def finish(events):
@@ -57,9 +66,15 @@ def lab_decode(model, tok, prompts, n, compute) -> tuple[float, list[list[int]]]
             out[index] = gen.token_ids
         return [None] * len(events)
 
-    t0 = time.perf_counter()
-    decode(model, NoEOS(tok), prompts, finish, max_new_tokens=n, batch_size=len(prompts), compute=compute)
-    return time.perf_counter() - t0, [out[i] for i in range(len(prompts))]
+    held = decoding.frozen_linears_in_autocast_dtype
+    if recast:  # the decoder before the fix: autocast re-casts each frozen weight at every step
+        decoding.frozen_linears_in_autocast_dtype = lambda model: contextlib.nullcontext(0)
+    try:
+        t0 = time.perf_counter()
+        decode(model, NoEOS(tok), prompts, finish, max_new_tokens=n, batch_size=len(prompts), compute=compute)
+        return time.perf_counter() - t0, [out[i] for i in range(len(prompts))]
+    finally:
+        decoding.frozen_linears_in_autocast_dtype = held
 
 
 def hf_generate(model, tok, prompts, n, compute) -> tuple[float, list[list[int]]]:
@@ -109,6 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     preset = get_preset(args.preset)
     model, tok = load_model(preset.model)
+    model.requires_grad_(False)  # as evaluation and RL's sampler hold the base weights
     compute = lambda: compute_context(model, preset.model)  # noqa: E731
     from coa_lab import protocol
     from coa_lab.agents.coa_runner import task_messages
@@ -129,16 +145,22 @@ def main() -> int:
         t_lab, lab_tokens = lab_decode(model, tok, prompts, n, compute)
         t_one, _ = lab_decode(model, tok, prompts, 1, compute)
         t_gen, gen_tokens = hf_generate(model, tok, prompts, n, compute)
+        if machine["bf16_autocast"]:
+            t_recast, recast_tokens = lab_decode(model, tok, prompts, n, compute, recast=True)
         step = (t_lab - t_one) / (n - 1)
         row = {"batch": b, "tokens_per_s": round(b * n / t_lab, 1), "generate_tokens_per_s": round(b * n / t_gen, 1),
                "speedup_vs_generate": round(t_gen / t_lab, 2), "same_tokens": lab_tokens == gen_tokens,
                "step_ms": round(step * 1000, 1),
                "peak_fraction": round(2 * macs * b / step / 1e9 / peak, 3),
                "prompt_tokens_mean": round(sum(map(len, prompts)) / b)}
+        if machine["bf16_autocast"]:
+            row["recast_tokens_per_s"] = round(b * n / t_recast, 1)
+            row["same_tokens_as_recast"] = recast_tokens == lab_tokens
         rows.append(row)
         print(f"  batch {b:3d}: {row['tokens_per_s']:7.1f} tok/s vs generate {row['generate_tokens_per_s']:7.1f} "
               f"({row['speedup_vs_generate']}x), step {row['step_ms']} ms = {row['peak_fraction']:.0%} of peak, "
-              f"same tokens {row['same_tokens']}")
+              f"same tokens {row['same_tokens']}"
+              + (f"; re-casting weights every step {row['recast_tokens_per_s']} tok/s" if "recast_tokens_per_s" in row else ""))
     result = {"model": preset.model.name, "new_tokens": n, "matmul_weights": macs, "peak_gflops": peak,
               "batches": rows}
     if args.profile:

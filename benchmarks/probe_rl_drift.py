@@ -2,7 +2,7 @@
 
 Run:  PYTHONPATH=. python benchmarks/probe_rl_drift.py --rl RUN/rl/adapter [--rl ...]
       [--sft-adapter runs/bench/rl_seeds/sft/adapter] [--split val] [--arith 96 --lookup 32]
-Writes runs/bench/rl_drift.json (under COA_LAB_RUNS if set). A diagnostic, not part of `make bench`.
+Writes runs/bench/NAME.json (--name, default rl_drift; under COA_LAB_RUNS if set). A diagnostic, not part of `make bench`.
 
 For each RL adapter it builds a control: the SFT adapter plus Gaussian noise scaled, tensor by
 tensor, to the norm of that RL adapter's change (the same step size, in a random direction).
@@ -72,6 +72,21 @@ def flips(before: dict[str, float], after: dict[str, float], template: dict[str,
     return dict(sorted(out.items()))
 
 
+def sft_set_by_template(kept: Path) -> dict[str, int]:
+    """template -> trajectories of that kind in the SFT set (distill/kept.jsonl of a run)."""
+    from coa_lab.tasks.suites import load_suite
+    from coa_lab.trajectories import load_records
+
+    train = {t.id: t for suite, bench in (("math", "arith"), ("mhqa", "lookup"))
+             for t in load_suite(suite, "train", benchmark=bench)}
+    out: dict[str, int] = {}
+    for r in load_records(kept):
+        task = train.get(r.task_id)
+        key = template_of(task) if task is not None else r.source
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rl", type=Path, action="append", required=True, help="an RL adapter folder (repeatable)")
@@ -80,9 +95,10 @@ def main() -> int:
     ap.add_argument("--arith", type=int, default=96)
     ap.add_argument("--lookup", type=int, default=32)
     ap.add_argument("--no-noise", action="store_true", help="skip the same-norm noise controls")
+    ap.add_argument("--name", default="rl_drift", help="result name under runs/bench/")
     args = ap.parse_args()
     preset = get_preset("cpu-tiny")
-    mix = {"math/arith": args.arith, "mhqa/lookup": args.lookup}
+    mix = {k: n for k, n in {"math/arith": args.arith, "mhqa/lookup": args.lookup}.items() if n > 0}
     groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, args.split), mix)
     tools = pipeline.make_tools(preset)
     work = runs_dir() / "bench" / "rl_drift"
@@ -91,9 +107,14 @@ def main() -> int:
         arms[f"rl_{i}"] = rl
         if not args.no_noise:
             arms[f"noise_{i}"] = same_norm_noise(args.sft_adapter, rl, work / f"noise_{i}", seed=i + 1)
-    out = {"split": args.split, "mix": mix, "rl_adapters": [str(p) for p in args.rl], "arms": {},
-           "machine": pipeline.machine_peak(preset)}
+    out = {"split": args.split, "mix": mix, "sft_adapter": str(args.sft_adapter),
+           "rl_adapters": [str(p) for p in args.rl], "arms": {}, "machine": pipeline.machine_peak(preset)}
     template = {t.id: template_of(t) for ts in groups.values() for t in ts}
+    # what SFT was taught, per template: a kind of question with no trajectory in the SFT set
+    # starts RL near 0, and screening (rl.pool_min_pass) then keeps none of it for RL to learn
+    kept = args.sft_adapter.resolve().parent.parent / "distill" / "kept.jsonl"
+    if kept.exists():
+        out["sft_set_by_template"] = sft_set_by_template(kept)
     scores: dict[str, dict[str, float]] = {}
     for name, adapter in arms.items():
         t0 = time.time()
@@ -105,7 +126,7 @@ def main() -> int:
         if name != "sft":  # per template: SFT-solved tasks this arm lost, SFT-failed ones it gained
             out["arms"][name]["lost_gained_vs_sft"] = flips(scores["sft"], scores[name], template)
         print(name, out["arms"][name], flush=True)
-    save("rl_drift", out)
+    save(args.name, out)
     return 0
 
 

@@ -61,6 +61,8 @@ def test_decode_benchmark_gives_generates_greedy_tokens(tmp_path):
     # the lab's decoder (own cache, own decode attention) reproduces transformers token for token
     assert all(r["same_tokens"] for r in out["batches"]) and out["targets"]["greedy_tokens_identical"]
     assert all(r["tokens_per_s"] > 0 and r["peak_fraction"] > 0 for r in out["batches"])
+    if out["machine"]["start"]["bf16_autocast"]:  # the arm without the held bf16 weights: the same tokens
+        assert all(r["same_tokens_as_recast"] and r["recast_tokens_per_s"] > 0 for r in out["batches"])
 
 
 @pytest.mark.slow  # ~4 min on 2 cores: trains an SFT adapter and runs three RL stages

@@ -101,3 +101,42 @@ def test_compute_context_autocasts_a_bf16_preset_on_gpu_and_not_an_fp32_one():
     assert isinstance(ctx, torch.autocast) and ctx.device == "cuda" and ctx.fast_dtype == torch.bfloat16
     assert not isinstance(compute_context(_On("cuda"), ModelConfig(dtype="float32")), torch.autocast)
     assert not isinstance(compute_context(_On("cpu"), ModelConfig(cpu_autocast_bf16=False)), torch.autocast)
+
+
+def test_held_frozen_linears_give_bit_identical_autocast_logits_and_restore_the_tied_head():
+    # autocast re-cast every frozen fp32 weight at every decode step (it caches only weights that
+    # require grad); holding them in bf16 while decoding must change nothing but that
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from coa_lab.generation.models import hold_frozen_linears
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    model = get_peft_model(LlamaForCausalLM(cfg), LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"]))
+    for p in model.parameters():  # a trained adapter, not LoRA's zero start
+        if p.requires_grad:
+            p.data.normal_(0, 0.1)
+    base = model.base_model.model
+    assert base.lm_head.weight is base.model.embed_tokens.weight  # tied
+    ids = torch.randint(0, 64, (3, 9))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    def logits():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(ids).logits
+
+    plain = logits()
+    with hold_frozen_linears(model, torch.bfloat16) as n:
+        assert n == 2 * 7 + 1  # q, k, v, o, gate, up, down in each of the 2 layers, and the lm_head
+        assert base.model.layers[0].self_attn.q_proj.base_layer.weight.dtype == torch.bfloat16
+        assert base.lm_head.weight.dtype == torch.bfloat16
+        assert base.model.embed_tokens.weight.dtype == torch.float32  # the residual stream starts in fp32
+        assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)  # LoRA's
+        held = logits()
+    assert torch.equal(plain, held)
+    assert base.lm_head.weight is base.model.embed_tokens.weight  # tied again
+    for name, p in model.named_parameters():  # the very fp32 tensors are back
+        assert p.dtype == torch.float32 and torch.equal(p, before[name]), name

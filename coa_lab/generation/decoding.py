@@ -97,6 +97,24 @@ def _lora_merged(model):
         model.unmerge_adapter()
 
 
+@contextlib.contextmanager
+def frozen_linears_in_autocast_dtype(model):
+    """While decoding under autocast, the frozen fp32 Linear weights held in the autocast dtype
+    (generation/models.hold_frozen_linears: the very values autocast would cast them to, so the
+    tokens and log-probs are bit-identical, tested); the fp32 tensors are back on exit. Entered
+    after any LoRA merge, which stays fp32 and exact. Yields how many tensors it holds."""
+    import torch
+
+    from coa_lab.generation.models import hold_frozen_linears
+
+    device = next(model.parameters()).device.type
+    if not torch.is_autocast_enabled(device):
+        yield 0
+        return
+    with hold_frozen_linears(model, torch.get_autocast_dtype(device)) as n:
+        yield n
+
+
 def _stop_hit(tokenizer, turn: list[int], stops: Sequence[str], longest: int) -> bool:
     # Only the tail can complete a stop string; decoding it alone is cheap. A stop split
     # across many tokens is still caught: the tail covers `longest` characters' worth.
@@ -135,7 +153,8 @@ def decode(
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), _lora_merged(model), (compute() if compute else contextlib.nullcontext()):
+        with (torch.no_grad(), _lora_merged(model), (compute() if compute else contextlib.nullcontext()),
+              frozen_linears_in_autocast_dtype(model)):
             # sorted, so prompts that share a prefix (a team agent's instruction and worked
             # examples) land in the same chunk and that prefix is prefilled once
             order = sorted(range(len(prompts)), key=lambda i: prompts[i])

@@ -11,6 +11,7 @@ them, so the CPU path never touches them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -156,6 +157,48 @@ def compute_context(model, cfg: ModelConfig):
     if device.type == "cuda" and cfg.dtype in ("bfloat16", "float16"):
         return torch.autocast("cuda", dtype=_torch_dtype(cfg.dtype))
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def hold_frozen_linears(model, dtype):
+    """While inside: every frozen fp32 Linear weight (and bias) of `model` held as a `dtype` copy;
+    the fp32 tensors are put back on exit. Yields how many tensors it holds.
+
+    For decoding under autocast to `dtype`. Why: autocast keeps its cast of a weight only while
+    that weight requires grad (torch's cached_cast), and the weights the lab decodes with are
+    frozen (an adapter loaded for evaluation, RL's LoRA on a frozen base, QLoRA's fp32-upcast
+    lm_head), so every decode step cast each of them from fp32 again: a read of 4 bytes a weight,
+    a write of 2 and, on a GPU, one more kernel per Linear per step. Autocast casts a Linear's
+    weight to exactly these values, so results are bit-identical (tested). A Linear that shares
+    its weight with an embedding (a tied lm_head) gets its own frozen copy for the duration,
+    the embedding keeps the fp32 one (it feeds the fp32 residual stream, outside autocast).
+    Left alone: weights that require grad (autocast caches those), LoRA's own matrices (PEFT
+    casts its input to their dtype), quantized layers (not exactly nn.Linear). Do not merge LoRA
+    inside it: merged into a bf16 weight, the unmerge would not restore the fp32 one."""
+    import torch
+
+    embeddings = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    held, untied = [], []
+    for name, module in model.named_modules():
+        if type(module) is not torch.nn.Linear or "lora_" in name:
+            continue
+        for attr in ("weight", "bias"):
+            param = getattr(module, attr)
+            if param is None or param.requires_grad or param.dtype != torch.float32:
+                continue
+            if id(param) in embeddings:
+                untied.append((module, attr, param))
+                setattr(module, attr, torch.nn.Parameter(param.detach().to(dtype), requires_grad=False))
+            else:
+                held.append((param, param.data))
+                param.data = param.data.to(dtype)
+    try:
+        yield len(held) + len(untied)
+    finally:
+        for param, data in held:
+            param.data = data
+        for module, attr, param in untied:
+            setattr(module, attr, param)
 
 
 def load_tokenizer(name: str):
