@@ -50,7 +50,7 @@ QWEN25_3B = dict(  # the published Qwen2.5-3B architecture numbers
 TINY = dict(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True)
 HEADS = ("plain", "chunked", "fused")
-PARTS = ("sft", "rl", "decode", "profile")  # profile: not in the default run (--parts ... profile)
+PARTS = ("sft", "rl", "decode", "profile", "decode-profile")  # the profiles: not in the default run
 
 
 class Device:
@@ -236,21 +236,70 @@ def profile_update(model, tok, preset, context: int, prompt_len: int, device: De
 
 
 def decode_run(model, tok, batch: int, new_tokens: int, compute=contextlib.nullcontext) -> dict:
-    """The lab's decoder vs transformers `generate`: the same prompts, greedy, N tokens a row."""
+    """The lab's decoder vs transformers `generate`: the same prompts, greedy, N tokens a row.
+    Best of two runs per arm. Also the lab's decoder with autocast re-casting every frozen weight at every step (the decoder
+    before it held them in bf16: decoding.frozen_linears_in_autocast_dtype), the suspect for its
+    x0.48 against `generate` under autocast on the H200 (docs/gpu-validation.md)."""
     from bench_decode import hf_generate, lab_decode
 
-    from coa_lab.generation.chat_prompt import chat_prompt_ids
-
-    prompts = [chat_prompt_ids(tok, [{"role": "user", "content": f"Question {i}: what is {i} * {i + 7} minus {3 * i}?"}])
-               for i in range(batch)]
+    prompts = decode_prompts(tok, batch)
     lab_decode(model, tok, prompts[:2], 4, compute)  # warm-up
     hf_generate(model, tok, prompts[:2], 4, compute)
-    t_lab, lab_tokens = lab_decode(model, tok, prompts, new_tokens, compute)
-    t_gen, gen_tokens = hf_generate(model, tok, prompts, new_tokens, compute)
-    same = sum(a == b for a, b in zip(lab_tokens, gen_tokens))
+    # every arm twice, in mirrored order (lab, generate, re-cast, re-cast, generate, lab): a GPU's
+    # first long run after warm-up was measured slower, and one order would credit that to an arm
+    arms = {"lab": lambda: lab_decode(model, tok, prompts, new_tokens, compute),
+            "generate": lambda: hf_generate(model, tok, prompts, new_tokens, compute),
+            "recast": lambda: lab_decode(model, tok, prompts, new_tokens, compute, recast=True)}
+    seconds: dict[str, list[float]] = {k: [] for k in arms}
+    runs: dict[str, list] = {k: [] for k in arms}
+    for name in [*arms, *reversed(arms)]:
+        t, got = arms[name]()
+        seconds[name].append(t)
+        runs[name].append(got)
+    tokens = {k: v[-1] for k, v in runs.items()}
+    rate = {k: [batch * new_tokens / t for t in v] for k, v in seconds.items()}
+    t_lab, t_gen = min(seconds["lab"]), min(seconds["generate"])
     return {"batch": batch, "new_tokens": new_tokens, "tokens_per_s": batch * new_tokens / t_lab,
             "generate_tokens_per_s": batch * new_tokens / t_gen, "speedup_vs_generate": t_gen / t_lab,
-            "rows_with_same_tokens": same}
+            "recast_tokens_per_s": max(rate["recast"]), "tokens_per_s_each_run": rate,
+            "rows_with_same_tokens": sum(a == b for a, b in zip(tokens["lab"], tokens["generate"])),
+            "rows_same_as_recast": sum(a == b for a, b in zip(tokens["lab"], tokens["recast"])),
+            # the same arm twice: whether the GPU's kernels give one answer for one input at all
+            "rows_same_between_runs": {k: sum(a == b for a, b in zip(*v)) for k, v in runs.items()}}
+
+
+def decode_prompts(tok, batch: int) -> list[list[int]]:
+    from coa_lab.generation.chat_prompt import chat_prompt_ids
+
+    return [chat_prompt_ids(tok, [{"role": "user", "content": f"Question {i}: what is {i} * {i + 7} minus {3 * i}?"}])
+            for i in range(batch)]
+
+
+def profile_decode(model, tok, batch: int, new_tokens: int, device: Device, compute=contextlib.nullcontext,
+                   top: int = 12) -> dict:
+    """torch.profiler around the lab's decoder and around `generate`, the same prompts: per path the
+    wall time, the GPU's summed kernel time and the host's, and the top operators by GPU time. A
+    path whose wall time is far above its GPU time is bound by the host (Python, launches, syncs)."""
+    from bench_decode import hf_generate, lab_decode
+    from torch.profiler import ProfilerActivity, profile
+
+    prompts = decode_prompts(tok, batch)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.cuda else [])
+    key = "self_device_time_total" if device.cuda else "self_cpu_time_total"
+    out = {"batch": batch, "new_tokens": new_tokens, "sorted_by": key}
+    for name, run in (("lab", lambda: lab_decode(model, tok, prompts, new_tokens, compute)),
+                      ("generate", lambda: hf_generate(model, tok, prompts, new_tokens, compute))):
+        run()  # warm
+        with profile(activities=activities) as prof:
+            seconds, _ = run()
+        averages = prof.key_averages()
+        kernels = [e for e in averages if not e.key.startswith(("aten::", "cuda", "autograd"))] if device.cuda else averages
+        device_total = sum(getattr(e, key) for e in kernels)
+        ranked = sorted(averages, key=lambda e: getattr(e, key), reverse=True)[:top]
+        out[name] = {"wall_seconds": seconds, "device_kernel_seconds": device_total / 1e6,
+                     "host_summed_seconds": sum(e.self_cpu_time_total for e in averages) / 1e6,
+                     "top": [{"op": e.key, "device_s": getattr(e, key) / 1e6, "calls": e.count} for e in ranked]}
+    return out
 
 
 def summarize(results: dict) -> dict:
@@ -295,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.smoke and not torch.cuda.is_available():
         raise SystemExit("gpu_validate.py proves the GPU paths: run it on a CUDA machine (or --smoke on a CPU)")
-    check_datasets_package()
+    if "sft" in args.parts:
+        check_datasets_package()
     device = Device(args.smoke)
     contexts = args.contexts or ([256, 512] if args.smoke else [4096, 8192])
     new_tokens = args.decode_tokens or (6 if args.smoke else 128)
@@ -344,6 +394,14 @@ def main(argv: list[str] | None = None) -> int:
         model.eval()
         save("decode", decode_run(model, tok, args.decode_batch, new_tokens,
                                         lambda: compute_context(model, preset.model)))  # the generator's mode
+        model.train()
+    if "decode-profile" in args.parts:
+        model.eval()
+        results["decode_profile"] = profile_decode(model, tok, args.decode_batch, max(4, new_tokens // 4), device,
+                                                   lambda: compute_context(model, preset.model))
+        print(json.dumps({"decode_profile": {k: v for k, v in results["decode_profile"].items()
+                                             if k in ("lab", "generate")}})[:4000], flush=True)
+        path.write_text(json.dumps(results, indent=2))
         model.train()
     if "rl" in args.parts:
         for ctx in contexts:

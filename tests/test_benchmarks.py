@@ -93,7 +93,8 @@ def test_gpu_validation_script_runs_at_smoke_size_and_the_planner_reads_its_file
     out = tmp_path / "gv"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_validate.py"), "--smoke", "--tokenizer",
                            str(embedded_model_dir()), "--out", str(out), "--contexts", "160", "--steps", "1",
-                           "--decode-batch", "3", "--decode-tokens", "4", "--parts", "sft", "rl", "decode", "profile"],
+                           "--decode-batch", "3", "--decode-tokens", "4", "--parts", "sft", "rl", "decode", "profile",
+                           "decode-profile"],
                           env={**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -108,6 +109,12 @@ def test_gpu_validation_script_runs_at_smoke_size_and_the_planner_reads_its_file
     assert rl["plain"]["train_tokens"] == rl["chunked"]["train_tokens"] > 0
     (dec,) = data["decode"]
     assert dec["rows_with_same_tokens"] == 3 and dec["tokens_per_s"] > 0  # fp32: greedy tokens identical
+    # every arm twice (mirrored order), the same tokens each time; no autocast here, so the re-cast
+    # arm is the same decoder and must give the same rows
+    assert all(len(v) == 2 for v in dec["tokens_per_s_each_run"].values())
+    assert dec["rows_same_between_runs"] == {"lab": 3, "generate": 3, "recast": 3} and dec["rows_same_as_recast"] == 3
+    prof = data["decode_profile"]
+    assert {"lab", "generate"} <= prof.keys() and prof["lab"]["top"] and prof["generate"]["wall_seconds"] > 0
     assert not (out / "sft_160_plain").exists()  # adapters are not results
     assert all(r["fused_positions"] == 0 for r in data["sft"])  # no fused kernel here: the record says so
     assert data["summary"]["sft_peak_vs_plain"] == {} and data["summary"]["decode_speedup_vs_generate"] > 0  # no peaks on CPU
