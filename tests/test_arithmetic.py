@@ -88,7 +88,7 @@ def test_bad_arguments_fail_clearly():
     with pytest.raises(ValueError, match="val has 240"):
         arithmetic.generate("val", arithmetic.VAL_ROWS + 1)  # more would be test's problems
     with pytest.raises(ValueError, match="levels"):
-        arithmetic.generate("train", 1, levels=(4,))
+        arithmetic.generate("train", 1, levels=(5,))
 
 
 def test_shipped_files_are_exactly_the_generator_output(tmp_path):
@@ -132,3 +132,23 @@ def test_no_worked_example_leaks_a_shipped_task():
     shipped = {json.loads(line)["question"] for split in ("train", "val", "test") for fam in ("math/arith", "mhqa/lookup")
                for line in (DATASETS_DIR / fam / f"{split}.jsonl").read_text().splitlines()}
     assert not {ex.question for ex in MATH + MHQA} & shipped
+
+
+def test_level4_on_demand_four_operations_and_a_distractor():
+    """Level 4 (never shipped): its own ids, four operations a problem, one number of the story
+    (the distractor) not in the expression, and the held-out splits disjoint from train."""
+    for split in ("train", "val", "test"):
+        tasks = arithmetic.generate(split, 40, levels=arithmetic.HARD_LEVELS)
+        assert all(t.id.startswith(f"arith4-{split}-") for t in tasks)
+        for t in tasks:
+            assert t.metadata["level"] == 4 and len(re.findall(r"[-+*]", t.metadata["expression"])) == 4
+            assert str(eval(t.metadata["expression"], {"__builtins__": {}})) == t.answers[0]  # noqa: S307
+            assert int(t.answers[0]) > 0
+            used = re.findall(r"[0-9]+", t.metadata["expression"])
+            told = re.findall(r"[0-9]+", t.question)
+            assert len(used) == 5 and len(told) == 6 and set(used) < set(told)  # one distractor
+    train = {t.question for t in arithmetic.generate("train", 400, levels=arithmetic.HARD_LEVELS)}
+    held = arithmetic.generate("val", 40, levels=arithmetic.HARD_LEVELS) + arithmetic.generate("test", 40, levels=arithmetic.HARD_LEVELS)
+    assert not train & {t.question for t in held}
+    # the shipped files are levels 1-3 only
+    assert {t.metadata["level"] for t in load_suite("math", "val", benchmark="arith")} == {1, 2, 3}
