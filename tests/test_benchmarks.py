@@ -177,3 +177,21 @@ def test_test_suite_benchmark_reads_junit_and_durations(tmp_path):
     out = "== slowest 3 durations ==\n102.16s call     tests/a.py::test_x[1 2]\n0.50s setup    tests/b.py::test_y\nnoise\n"
     assert bench.slowest(out) == [{"seconds": 102.16, "phase": "call", "test": "tests/a.py::test_x[1 2]"},
                                   {"seconds": 0.5, "phase": "setup", "test": "tests/b.py::test_y"}]
+
+
+def test_int8_drift_total_variation_is_half_the_l1_distance():
+    """benchmarks/bench_int8_drift.py's measure: 0 for the same logits, 1 for disjoint
+    distributions, and what the temperature does to it."""
+    import torch
+
+    from conftest import import_benchmark
+
+    bench = import_benchmark("bench_int8_drift")
+    a = torch.tensor([[2.0, 0.0, -1.0]])
+    assert float(bench.total_variation(a, a.clone(), 0.8)[0]) == 0.0
+    far = torch.tensor([[-1e4, -1e4, 1e4]])
+    near_one = torch.tensor([[1e4, -1e4, -1e4]])
+    assert abs(float(bench.total_variation(near_one, far, 1.0)[0]) - 1.0) < 1e-6
+    b = torch.tensor([[0.0, 2.0, -1.0]])
+    p, q = torch.softmax(a / 0.5, -1), torch.softmax(b / 0.5, -1)
+    assert torch.allclose(bench.total_variation(a, b, 0.5), 0.5 * (p - q).abs().sum(-1))
