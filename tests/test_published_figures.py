@@ -63,3 +63,14 @@ def test_every_results_file_says_what_produced_it_and_is_quoted():
         doc = json.loads(path.read_text())
         assert doc["source"] and {"date", "commit", "machine"} <= doc["provenance"].keys(), path.name
         assert path.name in quoted, f"{path.name} is committed but the README quotes nothing from it"
+
+
+def test_the_planner_figures_are_what_the_planner_computes_today():
+    """docs/results/plan_gpu_3b_l4.json is the planner's output (benchmarks/bench_plan.py): a
+    planner change that moves the README's one-GPU figures must republish it."""
+    from conftest import import_benchmark
+
+    published = json.loads((RESULTS_DIR / "plan_gpu_3b_l4.json").read_text())
+    now = import_benchmark("bench_plan").plan()
+    for section in ("memory_gib", "fits", "time"):
+        assert published[section] == json.loads(json.dumps(now[section])), section
