@@ -16,7 +16,9 @@ tokenizer files for token ids (all ids fall inside Qwen's larger vocabulary). In
    tokens + (context - 512) response tokens, with the same heads: peak memory, seconds.
 3. Rollouts at batch 64: the lab's decoder (coa_lab.generation.decoding) vs transformers
    `generate` on the same prompts, greedy, N tokens a row: tokens/s, and how many rows came out
-   token for token the same (bf16 on a GPU may break a near-tie differently).
+   token for token the same (bf16 on a GPU may break a near-tie differently); each arm twice in
+   mirrored order, and the decoder without its frozen-weight hold ("recast").
+   `--parts decode-profile`: torch.profiler around both decoders (GPU busy time vs wall time).
 4. The planner against every measurement (coa_lab.planning.plan_report.calibration on the
    file this writes): predicted / measured, the planner's error re-stated.
 
@@ -236,10 +238,11 @@ def profile_update(model, tok, preset, context: int, prompt_len: int, device: De
 
 
 def decode_run(model, tok, batch: int, new_tokens: int, compute=contextlib.nullcontext) -> dict:
-    """The lab's decoder vs transformers `generate`: the same prompts, greedy, N tokens a row.
-    Best of two runs per arm. Also the lab's decoder with autocast re-casting every frozen weight at every step (the decoder
-    before it held them in bf16: decoding.frozen_linears_in_autocast_dtype), the suspect for its
-    x0.48 against `generate` under autocast on the H200 (docs/gpu-validation.md)."""
+    """The lab's decoder vs transformers `generate`: the same prompts, greedy, N tokens a row, best
+    of two runs per arm. Also the lab's decoder with autocast re-casting every frozen weight at
+    every step (as before decoding.frozen_linears_in_autocast_dtype held them in bf16): the suspect
+    for its x0.48 of `generate` on the H200, which the H100 run traced to the order of measurement
+    (docs/gpu-validation.md)."""
     from bench_decode import hf_generate, lab_decode
 
     prompts = decode_prompts(tok, batch)

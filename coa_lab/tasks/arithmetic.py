@@ -109,9 +109,9 @@ def _level3(rng: random.Random) -> tuple[str, str]:
 
 def _level4(rng: random.Random) -> tuple[str, str]:
     """Four operations in the order the story tells them, five numbers used and one distractor:
-    one step longer than level 3, where the SFT student is no longer near its ceiling. (A first
-    try, brackets the story implies, "(a + b) * c": the 135M teacher solved 0 of 12 in capture
-    and the SFT student 0 of 48, nothing for RL to start from: docs/design.md.)"""
+    one step longer than level 3, made to find a level where SFT is not at its ceiling. The 135M
+    teacher and its SFT student solve ~none of it (benchmarks/probe_teacher_reach.py); neither did
+    a first try, brackets the story implies ("(a + b) * c": 0 of 12 and 0 of 48; docs/design.md)."""
     name = rng.choice(NAMES)
     if rng.randrange(2) == 0:
         a = rng.randint(3000, 9999)
@@ -188,7 +188,8 @@ def generate(split: str, n: int, seed: int = 0, levels: tuple[int, ...] = LEVELS
         problems = _problems("heldout", VAL_ROWS + n, seed, levels, keep_from=VAL_ROWS,
                              keep=lambda q, e: e not in expressions and name_free(q) not in questions)[VAL_ROWS:]
     tasks = []
-    name = HARD_NAME if tuple(levels) == HARD_LEVELS else FAMILY
+    # any level-4 problem gets its own prefix: an "arith-..." id always names a shipped problem
+    name = HARD_NAME if set(levels) & set(HARD_LEVELS) else FAMILY
     for i, (level, question, expression) in enumerate(problems):
         answer = eval(expression, {"__builtins__": {}})  # noqa: S307 - our own template, digits and + - * //
         tasks.append(Task(id=f"{name}-{split}-{i}", question=question, answers=[str(answer)],
@@ -227,6 +228,7 @@ def write_shipped(datasets_dir: Path, seed: int = 0) -> list[Path]:
         })
     (datasets_dir / "math" / FAMILY / "SOURCE.json").write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
     return out
+
 
 if __name__ == "__main__":
     import argparse
