@@ -1,7 +1,8 @@
 """The lab's decoder vs transformers `generate`: tokens/s and the share of the matmul peak.
 
 Run:  PYTHONPATH=. python benchmarks/bench_decode.py [--batches 1 8 36 72] [--new-tokens 96]
-Writes runs/bench/decode.json (under COA_LAB_RUNS if set).
+Writes runs/bench/decode.json (under COA_LAB_RUNS if set; `--name` another name, e.g. one per
+kind of machine: the bf16 and the AVX2-only draws decode differently).
 
 Per batch size, in ONE run on the same model and prompts (held-out arithmetic questions in the
 CoA format, repeated to fill the batch), greedy, every row producing exactly `--new-tokens`
@@ -13,6 +14,13 @@ tokens (EOS does not end a row in either system, so both decode the same full ba
   - `step_ms`: one decode step, (time for N tokens - time for 1 token) / (N - 1), prefill excluded;
   - `peak_fraction`: the step's matmul work (2 x the weights of every Linear, lm_head included,
     x rows) per second, over the fp32 (or bf16 under autocast) matmul peak probed in this run;
+  - `gemm_ms`: the step's matmuls alone, every Linear of the model (its own weights, the lm_head
+    included) applied in order to `batch` random rows, nothing else (no attention, norms, cache,
+    sampling, Python): the floor a decoder of this model reaches with this matmul library;
+    `gemm_peak_fraction` its share of the peak, `step_over_gemm` = step_ms / gemm_ms: what the
+    decode step spends beyond its matmuls;
+  - under bf16 autocast, `fp32_tokens_per_s`: the lab's decoder without autocast (fp32 matmuls),
+    to see whether bf16 pays off for a decode step as it does for training's wide matmuls;
   - under bf16 autocast, `recast_tokens_per_s`: the lab's decoder without holding the frozen
     weights in bf16 while it decodes (decoding.frozen_linears_in_autocast_dtype), i.e. autocast
     casting every weight from fp32 again at every step, as it did before that fix.
@@ -25,6 +33,7 @@ the measured peak. `--profile` adds the top operators of a batch-36 decode step.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -55,8 +64,6 @@ class NoEOS:
 
 
 def lab_decode(model, tok, prompts, n, compute, recast: bool = False) -> tuple[float, list[list[int]]]:
-    import contextlib
-
     from coa_lab.generation import decoding
 
     out: dict[int, list[int]] = {}
@@ -104,6 +111,27 @@ def matmul_weights(model) -> int:
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
+def gemm_floor_ms(model, rows: int, compute, repeats: int = 5) -> float:
+    """One decode step's matmuls and nothing else: each Linear of the model, in module order, on
+    `rows` random inputs of its width (under the decoder's numeric mode, the frozen weights held
+    as the decoder holds them). Best of `repeats` (the floor, on a shared machine)."""
+    import torch
+
+    from coa_lab.generation.decoding import frozen_linears_in_autocast_dtype
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    device = next(model.parameters()).device
+    inputs = [torch.randn(rows, m.in_features, device=device) for m in linears]
+    best = float("inf")
+    with torch.no_grad(), compute(), frozen_linears_in_autocast_dtype(model):
+        for _ in range(repeats + 1):  # the first is a warm-up
+            t0 = time.perf_counter()
+            for m, x in zip(linears, inputs):
+                m(x)
+            best = min(best, time.perf_counter() - t0)
+    return best * 1000
+
+
 def profile_step(model, tok, prompts, n, compute, top: int = 8) -> dict[str, float]:
     from torch.profiler import ProfilerActivity, profile
 
@@ -121,6 +149,7 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--preset", default="cpu-tiny")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--name", default="decode", help="result file name (runs/bench/<name>.json; docs/results/ with COA_LAB_PUBLISH=1)")
     args = ap.parse_args()
     preset = get_preset(args.preset)
     model, tok = load_model(preset.model)
@@ -147,20 +176,28 @@ def main() -> int:
         t_gen, gen_tokens = hf_generate(model, tok, prompts, n, compute)
         if machine["bf16_autocast"]:
             t_recast, recast_tokens = lab_decode(model, tok, prompts, n, compute, recast=True)
+            t_fp32, fp32_tokens = lab_decode(model, tok, prompts, n, contextlib.nullcontext)
+        gemm_ms = gemm_floor_ms(model, b, compute)
         step = (t_lab - t_one) / (n - 1)
         row = {"batch": b, "tokens_per_s": round(b * n / t_lab, 1), "generate_tokens_per_s": round(b * n / t_gen, 1),
                "speedup_vs_generate": round(t_gen / t_lab, 2), "same_tokens": lab_tokens == gen_tokens,
                "step_ms": round(step * 1000, 1),
                "peak_fraction": round(2 * macs * b / step / 1e9 / peak, 3),
+               "gemm_ms": round(gemm_ms, 1), "gemm_peak_fraction": round(2 * macs * b / (gemm_ms / 1000) / 1e9 / peak, 3),
+               "step_over_gemm": round(step * 1000 / gemm_ms, 2),
                "prompt_tokens_mean": round(sum(map(len, prompts)) / b)}
         if machine["bf16_autocast"]:
             row["recast_tokens_per_s"] = round(b * n / t_recast, 1)
             row["same_tokens_as_recast"] = recast_tokens == lab_tokens
+            row["fp32_tokens_per_s"] = round(b * n / t_fp32, 1)
+            row["same_tokens_as_fp32"] = fp32_tokens == lab_tokens
         rows.append(row)
         print(f"  batch {b:3d}: {row['tokens_per_s']:7.1f} tok/s vs generate {row['generate_tokens_per_s']:7.1f} "
               f"({row['speedup_vs_generate']}x), step {row['step_ms']} ms = {row['peak_fraction']:.0%} of peak, "
-              f"same tokens {row['same_tokens']}"
-              + (f"; re-casting weights every step {row['recast_tokens_per_s']} tok/s" if "recast_tokens_per_s" in row else ""))
+              f"same tokens {row['same_tokens']}; matmuls alone {row['gemm_ms']} ms "
+              f"({row['gemm_peak_fraction']:.0%} of peak), step {row['step_over_gemm']}x that"
+              + (f"; re-casting weights every step {row['recast_tokens_per_s']} tok/s; fp32 {row['fp32_tokens_per_s']} tok/s"
+                 if "recast_tokens_per_s" in row else ""))
     result = {"model": preset.model.name, "new_tokens": n, "matmul_weights": macs, "peak_gflops": peak,
               "batches": rows}
     if args.profile:
@@ -175,7 +212,7 @@ def main() -> int:
     }
     result["machine"] = {"start": machine, "end": machine_peak(preset)}
     print("targets:", result["targets"])
-    save("decode", result)
+    save(args.name, result)
     return 0
 
 

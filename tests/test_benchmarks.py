@@ -61,8 +61,32 @@ def test_decode_benchmark_gives_generates_greedy_tokens(tmp_path):
     # the lab's decoder (own cache, own decode attention) reproduces transformers token for token
     assert all(r["same_tokens"] for r in out["batches"]) and out["targets"]["greedy_tokens_identical"]
     assert all(r["tokens_per_s"] > 0 and r["peak_fraction"] > 0 for r in out["batches"])
+    # the matmul floor is priced like the step: the same weights, the same peak
+    for r in out["batches"]:
+        assert r["gemm_ms"] > 0 and r["step_over_gemm"] == pytest.approx(r["step_ms"] / r["gemm_ms"], rel=0.05)
+        assert r["gemm_peak_fraction"] == pytest.approx(r["peak_fraction"] * r["step_over_gemm"], rel=0.05)
     if out["machine"]["start"]["bf16_autocast"]:  # the arm without the held bf16 weights: the same tokens
         assert all(r["same_tokens_as_recast"] and r["recast_tokens_per_s"] > 0 for r in out["batches"])
+        assert all(r["fp32_tokens_per_s"] > 0 for r in out["batches"])
+
+
+def test_decode_benchmarks_matmul_floor_runs_every_linear_on_the_rows_asked(tmp_path):
+    """gemm_floor_ms: each Linear of the model (lm_head included), `rows` inputs, once per
+    repeat plus a warm-up; nothing else of the model runs."""
+    import torch
+    from conftest import import_benchmark
+
+    bench = import_benchmark("bench_decode")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model.requires_grad_(False)
+    seen = []
+    for m in model:
+        m.register_forward_hook(lambda mod, args, out: seen.append((type(mod).__name__, tuple(args[0].shape))))
+    import contextlib
+
+    ms = bench.gemm_floor_ms(model, 5, contextlib.nullcontext, repeats=2)
+    assert ms > 0
+    assert seen == [("Linear", (5, 8)), ("Linear", (5, 16))] * 3
 
 
 @pytest.mark.slow  # ~4 min on 2 cores: trains an SFT adapter and runs three RL stages
