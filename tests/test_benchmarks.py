@@ -89,6 +89,31 @@ def test_decode_benchmarks_matmul_floor_runs_every_linear_on_the_rows_asked(tmp_
     assert seen == [("Linear", (5, 8)), ("Linear", (5, 16))] * 3
 
 
+def test_occupancy_schedules_replay_the_decoders_chunks_and_a_refilling_scheduler():
+    from conftest import import_benchmark
+
+    bench = import_benchmark("bench_decode_occupancy")
+    # 5 rows at batch 4 run as chunks of 3 + 2 (decoding.decode's equal chunks), each until its longest row
+    assert bench.chunked_schedule([3, 1, 2, 2, 4], 4) == [3, 2, 1, 2, 2, 1, 1]
+    # refilling: a freed slot takes the next prompt at the same step
+    assert bench.continuous_schedule([3, 1, 2, 2, 4], 4) == [4, 4, 2, 1, 1]
+    assert sum(bench.chunked_schedule([3, 1, 2, 2, 4], 4)) == sum(bench.continuous_schedule([3, 1, 2, 2, 4], 4)) == 12
+    # the step-time fit recovers a + b * rows, and a per-bin median ignores a tool call's outlier step
+    steps = [(r, 0.05 + 0.006 * r) for r in range(1, 60)] + [(30, 5.0)]
+    a, b = bench.fit_step_time(steps)
+    assert a == pytest.approx(0.05, abs=0.005) and b == pytest.approx(0.006, rel=0.05)
+
+
+def test_occupancy_benchmark_replays_the_measured_pass(tmp_path):
+    out = _bench("decode_occupancy", ["--scale", "0.02"], tmp_path)
+    m, c = out["measured"], out["simulated_chunked"]
+    assert out["tasks"] == 6 and m["decode_steps"] > 0
+    # the replay of the decoder's chunks runs the steps the decoder really ran
+    assert c["decode_steps"] == m["decode_steps"] and c["row_tokens"] == m["row_tokens"]
+    assert out["simulated_continuous"]["row_tokens"] == c["row_tokens"]
+    assert out["simulated_continuous"]["decode_steps"] <= c["decode_steps"]
+
+
 @pytest.mark.slow  # ~4 min on 2 cores: trains an SFT adapter and runs three RL stages
 def test_rl_seeds_benchmark_screens_once_and_appends(tmp_path):
     out = _bench("rl_seeds", ["--seeds", "0", "1"], tmp_path)  # trains its SFT adapter from the shipped capture
