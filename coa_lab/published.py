@@ -23,8 +23,10 @@ from pathlib import Path
 from coa_lab.paths import PROJECT_ROOT
 
 RESULTS_DIR = PROJECT_ROOT / "docs" / "results"
-# [shown](docs/results/<file>.json "key") -- the key in the title so the link still opens the file
-LINK = re.compile(r'\[([^\]\n]+)\]\(((?:\.\./)*docs/results/[\w.-]+\.json) "([^"\n]+)"\)')
+# [shown](docs/results/<file>.json "key") -- the key in the title so the link still opens the file;
+# a notebook's figure data (notebooks/figures/<name>.json, coa_lab/viz/plots.save_figure: the date,
+# commit and machine beside what it plots) is linked the same way, from a notebook as figures/<name>.json
+LINK = re.compile(r'\[([^\]\n]+)\]\(((?:\.\./)*(?:docs/results|notebooks/figures|figures)/[\w.-]+\.json) "([^"\n]+)"\)')
 
 
 def git_commit(root: Path = PROJECT_ROOT) -> str | None:

@@ -244,3 +244,32 @@ def test_int8_drift_total_variation_is_half_the_l1_distance():
     b = torch.tensor([[0.0, 2.0, -1.0]])
     p, q = torch.softmax(a / 0.5, -1), torch.softmax(b / 0.5, -1)
     assert torch.allclose(bench.total_variation(a, b, 0.5), 0.5 * (p - q).abs().sum(-1))
+
+
+def test_notebooks_benchmark_times_lessons_in_a_scratch_copy(tmp_path):
+    figures = sorted((ROOT / "notebooks" / "figures").iterdir())
+    before = {p.name: p.read_bytes() for p in figures}
+    env = {**os.environ, "COA_LAB_RUNS": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_notebooks.py"), "--smoke", "--only", "02"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = json.loads((tmp_path / "bench" / "notebooks_smoke.json").read_text())  # where results go, not the scratch runs
+    assert out["mode"] == "smoke" and out["all_ok"] and list(out["by_number"]) == ["02"]
+    assert out["by_number"]["02"] > 0 and out["total_seconds"] == out["by_number"]["02"]
+    # the committed figures the notebooks' text describes are not touched by a benchmark run
+    assert {p.name: p.read_bytes() for p in sorted((ROOT / "notebooks" / "figures").iterdir())} == before
+
+
+def test_notebooks_benchmark_reports_a_failing_lesson_with_its_error(tmp_path):
+    import nbformat
+    from conftest import import_benchmark
+
+    bench = import_benchmark("bench_notebooks")
+    broken = tmp_path / "99_broken.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("1 / 0")])
+    nbformat.write(nb, broken)
+    work = tmp_path / "work"
+    work.mkdir()
+    row = bench.run_notebook(broken, work, timeout=120)
+    assert row["notebook"] == "99_broken.ipynb" and not row["ok"] and "ZeroDivisionError" in row["error"]
+    assert row["seconds"] > 0
