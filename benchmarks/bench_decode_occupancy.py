@@ -1,24 +1,24 @@
-"""How full the decoder's batches are during an evaluation pass, and what refilling them would save.
+"""How full the decoder's batches are during an evaluation pass, chunked vs refilled (continuous).
 
 Run:  PYTHONPATH=. python benchmarks/bench_decode_occupancy.py [--adapter DIR] [--scale 1.0]
 Writes runs/bench/decode_occupancy.json (under COA_LAB_RUNS if set; benchmarks/results.py).
 
-The decoder (coa_lab/generation/decoding.py) splits a pass into equal chunks of at most
-`gen.batch_size` rows and lets finished rows leave; a chunk ends with its longest rollout, so
-its last steps run few rows. Continuous batching (vLLM's scheduler) would instead admit a waiting
-prompt into every freed slot. Is it worth building here? This benchmark answers with one real
-pass, greedy, the demo's test mix (default: the demo's SFT adapter when `make demo` wrote it):
+Before continuous batching the decoder split a pass into equal chunks of at most
+`gen.batch_size` rows and let finished rows leave, so a chunk ended with its longest rollout and
+its last steps ran few rows. Now (coa_lab/generation/decoding.py) waiting prompts are prefilled
+and join the batch as rows leave it. One greedy pass of the demo's test mix (default: the demo's
+SFT adapter when `make demo` wrote it), both ways in one run (`decoding.CONTINUOUS`):
 
-  - measured: every one-token decode step's row count and duration (a forward pre-hook), the
-    mean occupancy, the share of time spent in steps under 16 rows;
-  - a step-time model t(rows) = a + b * rows, fitted (least squares) on the medians of the
-    measured steps binned by row count (the binning and the median keep the steps that also ran
-    a tool call from skewing the fit);
-  - each rollout's lifetime in steps (its response tokens, sampled and forced, but the last), replayed through
-    the decoder's own chunking -> `simulated_chunked` (checked against the measured steps and
-    time), and through a continuous scheduler with `gen.batch_size` slots -> `simulated_continuous`.
-`continuous_saving` = 1 - continuous / chunked, both simulated by the same model. Prefill is the
-same work both ways (the same prompts) and is left out of both.
+  - measured per arm: wall time, every one-token decode step's row count and duration (a forward
+    pre-hook), mean occupancy, time in steps under 16 rows; `speedup` = chunked / continuous wall
+    time; `same_final_answers` (greedy both ways; a different batch composition can flip a near-tie);
+  - a step-time model t(rows) = a + b * rows, fitted (least squares) on the medians of the chunked
+    arm's steps binned by row count (medians keep steps that also ran a tool call from skewing it);
+  - each rollout's lifetime in steps (its response tokens, sampled and forced, but the last),
+    replayed through both schedulers -> `simulated_chunked`, `simulated_continuous`: the replay
+    of each must run the steps its arm ran (a check of the decoder's scheduling, and of the model).
+Prefill is the same prompts both ways (in more, smaller pieces when refilling) and is in the
+wall times, not in the replays.
 """
 
 from __future__ import annotations
@@ -66,12 +66,14 @@ def chunked_schedule(lifetimes: list[int], batch_size: int) -> list[int]:
     return live
 
 
-def continuous_schedule(lifetimes: list[int], slots: int) -> list[int]:
-    """Rows live at each step when every freed slot takes the next waiting prompt at once."""
+def continuous_schedule(lifetimes: list[int], slots: int, admit_at: int = 1) -> list[int]:
+    """Rows live at each step when freed slots take the next waiting prompts as soon as
+    `admit_at` of them are free (or no row is left): decoding.ADMIT_FRACTION's rule."""
     waiting, running, live = list(lifetimes), [], []
     while waiting or running:
-        while waiting and len(running) < slots:
-            running.append(waiting.pop(0))
+        if waiting and (not running or slots - len(running) >= admit_at):
+            while waiting and len(running) < slots:
+                running.append(waiting.pop(0))
         live.append(len(running))
         running = [n - 1 for n in running if n > 1]
     return live
@@ -92,36 +94,55 @@ def main() -> int:
     print(f"{len(tasks)} tasks {mix}, adapter {adapter or '(none: base model)'}, batch {batch}")
     machine = machine_peak(preset)
 
-    stamps: list[tuple[int, int, float]] = []  # (rows, tokens per row, time) at each forward
-    hook = generator.model.register_forward_pre_hook(
-        lambda mod, a, kw: stamps.append((*kw["input_ids"].shape, time.perf_counter())), with_kwargs=True)
-    try:
-        t0 = time.perf_counter()
-        rollouts = run_coa(generator, tasks, make_tools(preset), preset.gen, temperature=0.0)
-        wall = time.perf_counter() - t0
-    finally:
-        hook.remove()
-    stamps.append((0, 0, time.perf_counter()))
-    steps = [(rows, nxt[2] - t) for (rows, width, t), nxt in zip(stamps, stamps[1:]) if width == 1]
-    a, b = fit_step_time(steps)
+    from coa_lab import protocol
+    from coa_lab.generation import decoding
+
+    tools = make_tools(preset)
+    arms = {}
+    for name, continuous in (("chunked", False), ("continuous", True)):
+        stamps: list[tuple[int, int, float]] = []  # (rows, tokens per row, time) at each forward
+        hook = generator.model.register_forward_pre_hook(
+            lambda mod, a, kw: stamps.append((*kw["input_ids"].shape, time.perf_counter())), with_kwargs=True)
+        decoding.CONTINUOUS = continuous
+        try:
+            t0 = time.perf_counter()
+            rollouts = run_coa(generator, tasks, tools, preset.gen, temperature=0.0)
+            wall = time.perf_counter() - t0
+        finally:
+            hook.remove()
+            decoding.CONTINUOUS = True
+        stamps.append((0, 0, time.perf_counter()))
+        steps = [(rows, nxt[2] - t) for (rows, width, t), nxt in zip(stamps, stamps[1:]) if width == 1]
+        arms[name] = {"wall": wall, "steps": steps, "rollouts": rollouts,
+                      "answers": [protocol.final_answer(r.text) for r in rollouts]}
+    a, b = fit_step_time(arms["chunked"]["steps"])
 
     def model_seconds(live: list[int]) -> float:
         return sum(a + b * r for r in live)
 
+    def measured(arm: dict) -> dict:
+        steps = arm["steps"]
+        row_steps = sum(r for r, _ in steps)
+        return {"wall_seconds": round(arm["wall"], 1), "decode_steps": len(steps), "row_tokens": row_steps,
+                "mean_rows": round(row_steps / max(1, len(steps)), 1), "max_rows": max((r for r, _ in steps), default=0),
+                "step_seconds": round(sum(dt for _, dt in steps), 1),
+                "seconds_in_steps_under_16_rows": round(sum(dt for r, dt in steps if r < 16), 1)}
+
     # the decoder's order: prompts sorted by their tokens (decoding.decode)
+    rollouts = arms["chunked"]["rollouts"]
     order = sorted(range(len(rollouts)), key=lambda i: rollouts[i].prompt_ids)
-    # a row feeds every response token but its last one (the row leaves once it is sampled)
-    lifetimes = [max(0, len(rollouts[i].response_ids) - 1) for i in order]
-    chunked = chunked_schedule(lifetimes, batch)
-    continuous = continuous_schedule(lifetimes, batch)
-    row_steps = sum(r for r, _ in steps)
+
+    def lifetimes(arm: str) -> list[int]:  # a row feeds every response token but its last
+        return [max(0, len(arms[arm]["rollouts"][i].response_ids) - 1) for i in order]
+
+    chunked = chunked_schedule(lifetimes("chunked"), batch)
+    continuous = continuous_schedule(lifetimes("continuous"), batch, max(1, batch // decoding.ADMIT_FRACTION))
+    same = sum(x == y for x, y in zip(arms["chunked"]["answers"], arms["continuous"]["answers"]))
     result = {
         "tasks": len(tasks), "adapter": str(adapter) if adapter else None, "batch_size": batch,
-        "wall_seconds": round(wall, 1),
-        "measured": {"decode_steps": len(steps), "row_tokens": row_steps,
-                     "mean_rows": round(row_steps / max(1, len(steps)), 1), "max_rows": max((r for r, _ in steps), default=0),
-                     "step_seconds": round(sum(dt for _, dt in steps), 1),
-                     "seconds_in_steps_under_16_rows": round(sum(dt for r, dt in steps if r < 16), 1)},
+        "measured": measured(arms["chunked"]), "measured_continuous": measured(arms["continuous"]),
+        "speedup": round(arms["chunked"]["wall"] / arms["continuous"]["wall"], 3),
+        "same_final_answers": f"{same}/{len(tasks)}",
         "step_model_ms": {"a": round(a * 1000, 1), "b_per_row": round(b * 1000, 2)},
         "simulated_chunked": {"decode_steps": len(chunked), "row_tokens": sum(chunked),
                               "seconds": round(model_seconds(chunked), 1)},
@@ -130,11 +151,14 @@ def main() -> int:
     }
     result["continuous_saving"] = round(1 - model_seconds(continuous) / max(1e-9, model_seconds(chunked)), 3)
     result["machine"] = {"start": machine, "end": machine_peak(preset)}
-    m, c, s = result["measured"], result["simulated_chunked"], result["simulated_continuous"]
-    print(f"measured: {m['decode_steps']} steps, {m['row_tokens']} row-tokens, {m['mean_rows']} rows a step "
-          f"(max {m['max_rows']}), {m['step_seconds']} s in steps, {m['seconds_in_steps_under_16_rows']} s under 16 rows")
-    print(f"step model: {a * 1000:.1f} ms + {b * 1000:.2f} ms a row; chunked replay {c['decode_steps']} steps "
-          f"{c['seconds']} s; continuous {s['decode_steps']} steps {s['seconds']} s: saving {result['continuous_saving']:.1%}")
+    m, mc, c, s = (result["measured"], result["measured_continuous"], result["simulated_chunked"],
+                   result["simulated_continuous"])
+    for name, x in (("chunked", m), ("continuous", mc)):
+        print(f"{name}: {x['wall_seconds']} s, {x['decode_steps']} steps, {x['row_tokens']} row-tokens, {x['mean_rows']} rows "
+              f"a step (max {x['max_rows']}), {x['seconds_in_steps_under_16_rows']} s of {x['step_seconds']} under 16 rows")
+    print(f"speed-up {result['speedup']}x, same answers {result['same_final_answers']}; step model: {a * 1000:.1f} ms + "
+          f"{b * 1000:.2f} ms a row; replays: chunked {c['decode_steps']} steps {c['seconds']} s, continuous "
+          f"{s['decode_steps']} steps {s['seconds']} s ({result['continuous_saving']:.1%} less)")
     save("decode_occupancy", result)
     return 0
 

@@ -183,9 +183,11 @@ def test_a_shared_prefix_is_prefilled_once_with_the_same_greedy_output(model_tok
         assert gen.token_ids == _hf_greedy(model, tok, prompt, 10)
 
 
-def test_prompts_beyond_one_batch_split_into_equal_chunks(model_tok):
-    """5 prompts at batch_size 4 decode as 3 + 2 rows, not 4 + 1: a step costs nearly as much
-    at 1 row as at 4 (every weight is read either way)."""
+
+
+def test_prompts_beyond_one_batch_wait_for_free_slots(model_tok):
+    """5 prompts at batch_size 4: 4 start, the fifth waits for a slot (never 5 rows at once),
+    and is decoded like the others."""
     model, tok = model_tok
     prompts = _prompts(tok, [f"Say the number {n}." for n in range(5)])
     widths = []
@@ -195,5 +197,67 @@ def test_prompts_beyond_one_batch_split_into_equal_chunks(model_tok):
         gens = HFGenerator(model, tok, batch_size=4).generate(prompts, max_new_tokens=3)
     finally:
         hook.remove()
-    assert all(g.token_ids for g in gens)
-    assert max(widths) == 3 and 4 not in widths, widths
+    assert max(widths) == 4 and widths[0] == 4 and 1 in widths, widths
+    for prompt, gen in zip(prompts, gens):
+        assert gen.token_ids == _hf_greedy(model, tok, prompt, 3)
+
+
+def test_waiting_prompts_join_rows_mid_decode_exactly(model_tok, monkeypatch):
+    """Continuous batching: rows end at different steps, waiting prompts (shorter and longer
+    than the cache at that moment) are prefilled and join the live rows, dead left columns are
+    trimmed; every turn equals decoding that prompt alone."""
+    from coa_lab.generation import decoding
+
+    from coa_lab.generation.kv_cache import GrowingLayer
+
+    # trim as soon as any column is dead, to exercise it on short prompts
+    monkeypatch.setattr(decoding, "TRIM_MIN", 1)
+    monkeypatch.setattr(decoding, "TRIM_FRACTION", 10**6)
+    seen = {"admit": 0, "longer": 0, "trim": 0}
+    admit, drop = GrowingLayer.admit, GrowingLayer.drop_front
+
+    def spy_admit(self, other):
+        seen["admit"] += 1
+        seen["longer"] += other.length > self.length  # the live rows had to move right
+        return admit(self, other)
+
+    def spy_drop(self, n):
+        seen["trim"] += 1
+        return drop(self, n)
+
+    monkeypatch.setattr(GrowingLayer, "admit", spy_admit)
+    monkeypatch.setattr(GrowingLayer, "drop_front", spy_drop)
+    model, tok = model_tok
+    long = "Please read this twice. " * 12
+    questions = ["A fruit?", long + "Describe the sea.", "B?", long + "Name a colour.", "C: say hi.", "D: 2+2?"]
+    prompts = _prompts(tok, questions)
+    forced = tok("\nObservation: 42.\n", add_special_tokens=False)["input_ids"]
+
+    def run(subset, batch_size):
+        turns = {i: [] for i in subset}
+
+        def on_end(events):
+            out = []
+            for k, gen in events:
+                i = subset[k]
+                turns[i].append(gen.token_ids)
+                # odd prompts take one observation and a second turn: rows leave at different steps
+                out.append(forced if i % 2 and len(turns[i]) == 1 else None)
+            return out
+
+        decode(model, tok, [prompts[i] for i in subset], on_end, max_new_tokens=5, batch_size=batch_size)
+        return turns
+
+    widths = []
+    hook = model.register_forward_pre_hook(lambda mod, args, kw: widths.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        together = run(list(range(len(prompts))), 2)
+    finally:
+        hook.remove()
+    alone = {i: run([i], 1)[i] for i in range(len(prompts))}
+    assert together == alone
+    assert seen["admit"] and seen["longer"] and seen["trim"], seen
+    first_decode = next(k for k, (_, t) in enumerate(widths) if t == 1)
+    assert any(t > 1 for _, t in widths[first_decode:]), "no waiting prompt was prefilled while rows decoded"
+    assert max(r for r, _ in widths) <= 2

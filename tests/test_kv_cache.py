@@ -123,3 +123,42 @@ def test_decode_attention_reads_the_cache_view_with_grouped_heads_exactly():
     scores = (q @ k9.transpose(-1, -2)) * 8 ** -0.5
     ref = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v9  # [4, 9, 1, 8]
     assert torch.allclose(out, ref.transpose(1, 2), atol=1e-5)
+
+
+def _layer(rows, t, seed):
+    layer = GrowingLayer()
+    k, v = _kv(rows, t, seed)
+    layer.update(k, v)
+    return layer, k, v
+
+
+def test_admitted_rows_are_right_aligned_with_zeros_on_their_left():
+    live, k, v = _layer(3, 10, 1)
+    other, k2, v2 = _layer(2, 6, 2)
+    live.admit(other)
+    assert live.rows == 5 and live.get_seq_length() == 10
+    assert torch.equal(live.keys[:3], k) and torch.equal(live.values[:3], v)  # live rows untouched
+    assert torch.equal(live.keys[3:, :, 4:], k2) and torch.equal(live.values[3:, :, 4:], v2)
+    assert not live.keys[3:, :, :4].any() and not live.values[3:, :, :4].any()  # zeros, never NaN garbage
+    k3, v3 = _kv(5, 1, 3)  # decoding goes on for all five rows
+    keys, _ = live.update(k3, v3)
+    assert keys.shape[2] == 11 and torch.equal(keys[:, :, 10:], k3)
+
+
+def test_a_longer_admitted_prompt_moves_the_live_rows_right():
+    live, k, v = _layer(2, 5, 1)
+    other, k2, v2 = _layer(1, 9, 2)
+    live.admit(other)
+    assert live.get_seq_length() == 9 and live.rows == 3
+    assert torch.equal(live.keys[:2, :, 4:], k) and not live.keys[:2, :, :4].any()
+    assert torch.equal(live.values[:2, :, 4:], v) and torch.equal(live.keys[2:], k2)
+
+
+def test_drop_front_forgets_dead_columns_and_keeps_the_rest():
+    live, k, v = _layer(4, 12, 1)
+    live.drop_front(5)
+    assert live.get_seq_length() == 7
+    assert torch.equal(live.keys, k[:, :, 5:]) and torch.equal(live.values, v[:, :, 5:])
+    k2, v2 = _kv(4, 1, 2)
+    keys, _ = live.update(k2, v2)
+    assert torch.equal(keys, torch.cat([k[:, :, 5:], k2], dim=2))

@@ -149,6 +149,8 @@ def decode(
     """
     import torch
 
+    from coa_lab.generation.kv_cache import GrowingCache
+
     budget = max_response_tokens if max_response_tokens is not None else 10**9
     was_training = model.training
     model.eval()
@@ -158,8 +160,17 @@ def decode(
             # sorted, so prompts that share a prefix (a team agent's instruction and worked
             # examples) land in the same chunk and that prefix is prefilled once
             order = sorted(range(len(prompts)), key=lambda i: prompts[i])
-            # equal chunks: 72 prompts at batch_size 64 run as 36 + 36, not 64 + 8 (a step at
-            # 8 rows costs half of one at 36: every weight is read whatever the width)
+            slots = max(1, batch_size)
+            if CONTINUOUS and len(order) > slots and GrowingCache.fits(model):
+                # continuous batching: the first `slots` prompts start, the rest wait and take
+                # the slots finished rows free (benchmarks/bench_decode_occupancy.py)
+                first = order[:slots]
+                _decode_chunk(model, tokenizer, [prompts[i] for i in first], first, on_turn_end,
+                              max_new_tokens, budget, temperature, top_p, stop, prefix_cache, stats,
+                              waiting=deque((i, prompts[i]) for i in order[slots:]), slots=slots)
+                return
+            # transformers' own cache (a sliding-window model): equal chunks, 72 prompts at
+            # batch_size 64 as 36 + 36, not 64 + 8 (every weight is read whatever the width)
             n_chunks = -(-len(order) // max(1, batch_size))
             size = -(-len(order) // max(1, n_chunks))
             for start in range(0, len(order), size):
@@ -309,16 +320,33 @@ def _prefill(model, prompts, pad, device, prefix_cache=None, stats=None):
     return cache, mask, out.logits[:, -1], mask.sum(-1)
 
 
+CONTINUOUS = True  # refill freed slots with waiting prompts (False: the equal chunks of before; a benchmark arm)
+ADMIT_FRACTION = 8  # waiting prompts join once a 1/8 of the slots is free: one prefill for several
+# the cache drops its dead left part once it is TRIM_MIN columns and 1/TRIM_FRACTION of the cache:
+# each trim copies the whole cache once, so it waits for enough to gain
+TRIM_MIN, TRIM_FRACTION = 64, 4
+
+
+def _leading_pad(mask) -> int:
+    """Columns at the left that no row attends to (every row's mask is 0 there)."""
+    return int((mask.cumsum(-1) == 0).sum(-1).min())
+
+
 def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_tokens, budget,
-                  temperature, top_p, stops, prefix_cache=None, stats=None):
+                  temperature, top_p, stops, prefix_cache=None, stats=None, waiting=None, slots=None):
+    """Decode `prompts` (rows `indices` of the caller's list) to the end; with `waiting` (a deque
+    of (index, prompt)) and `slots`, waiting prompts are prefilled on their own and join the
+    batch as rows leave it (own cache only: GrowingCache.admit)."""
     import torch
+
+    from coa_lab.generation.kv_cache import GrowingCache
 
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos = tokenizer.eos_token_id
     longest = max((len(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in stops), default=0)
-
-    from coa_lab.generation.kv_cache import GrowingCache
+    waiting = waiting if waiting is not None else deque()
+    slots = slots or len(prompts)
 
     cache, mask, logits, next_pos = _prefill(model, prompts, pad, device, prefix_cache, stats)
     rows = [_Row(i, len(p)) for i, p in zip(indices, prompts)]
@@ -373,9 +401,11 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
                     if not row.forced:
                         done.add(slot)
             keep = [s for s in keep if s not in done]
-        if not keep:
+        if not keep and not waiting:
             return
-        if len(keep) < len(rows):
+        if not keep:  # every row ended: the waiting prompts start afresh
+            rows = []
+        elif len(keep) < len(rows):
             # the own cache moves the last live rows into the freed slots (a row's copy each);
             # transformers' cache gathers every remaining row
             if isinstance(cache, GrowingCache):
@@ -387,8 +417,29 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
             mask, next_pos = mask[index], next_pos[index]
             rows = [rows[s] for s in order]
             feed = [feed[s] for s in order]
-        mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=-1)
-        out = model(input_ids=torch.tensor(feed, device=device)[:, None], attention_mask=mask,
-                    position_ids=next_pos[:, None], past_key_values=cache, use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1]
-        next_pos = next_pos + 1
+            if isinstance(cache, GrowingCache):
+                dead = _leading_pad(mask)  # columns only rows that left attended to
+                if dead >= max(TRIM_MIN, mask.shape[1] // TRIM_FRACTION):
+                    cache.drop_front(dead)
+                    mask = mask[:, dead:]
+        if rows:
+            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=-1)
+            out = model(input_ids=torch.tensor(feed, device=device)[:, None], attention_mask=mask,
+                        position_ids=next_pos[:, None], past_key_values=cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[:, -1]
+            next_pos = next_pos + 1
+        free = slots - len(rows)
+        if waiting and (not rows or free >= max(1, slots // ADMIT_FRACTION)):
+            joining = [waiting.popleft() for _ in range(min(free, len(waiting)))]
+            new_cache, new_mask, new_logits, new_pos = _prefill(model, [p for _, p in joining], pad, device,
+                                                                prefix_cache, stats)
+            if rows:  # right-aligned on the shared column axis (kv_cache.GrowingLayer.admit)
+                width = max(mask.shape[1], new_mask.shape[1])
+                cache.admit(new_cache)
+                mask = torch.cat([torch.nn.functional.pad(mask, (width - mask.shape[1], 0)),
+                                  torch.nn.functional.pad(new_mask, (width - new_mask.shape[1], 0))])
+                logits = torch.cat([logits, new_logits])
+                next_pos = torch.cat([next_pos, new_pos])
+            else:
+                cache, mask, logits, next_pos = new_cache, new_mask, new_logits, new_pos
+            rows += [_Row(i, len(p)) for i, p in joining]

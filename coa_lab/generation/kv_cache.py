@@ -11,6 +11,11 @@ step of SmolLM2-135M was `aten::cat` (issue 27). Here each layer holds one buffe
     leave:  the last live row moves into the freed slot, the batch view shrinks by one
             (one row's copy, not a re-copy of every remaining row)
 
+    admit:  rows of another cache (waiting prompts, prefilled on their own) join below the live
+            rows, right-aligned on the shared column axis; their columns left of the prompt are
+            zeros the attention mask hides (a longer prompt first shifts the live rows right)
+    trim:   columns no live row uses any more (left of every row's first token) are dropped
+
 `compact(keep)` returns the new slot order so the decoder reorders its own per-row state the
 same way. Works with any model whose layers call `past_key_values.update(k, v, layer_idx)`.
 """
@@ -35,18 +40,26 @@ class GrowingLayer(DynamicLayer):
         # convert every write.
         self._v_dtype = value_states.dtype
 
-    def _reserve(self, need: int) -> None:
+    def _reserve(self, need: int, rows: int | None = None, shift: int = 0) -> None:
+        """Room for `need` columns and `rows` rows; `shift` moves the live entries that many
+        columns right (zeros on their left), which always reallocates."""
         import torch
 
+        rows = self.rows if rows is None else rows
         capacity = 0 if self._k is None else self._k.shape[2]
-        if need <= capacity:
+        row_capacity = 0 if self._k is None else self._k.shape[0]
+        if need <= capacity and rows <= row_capacity and not shift:
             return
-        new = max(2 * capacity, need + MIN_GROWTH)
-        k = torch.empty((self.rows, *self._shape[1:2], new, self._shape[3]), dtype=self.dtype, device=self.device)
+        new = capacity if need <= capacity else max(2 * capacity, need + MIN_GROWTH)
+        new_rows = max(rows, row_capacity)
+        k = torch.empty((new_rows, *self._shape[1:2], new, self._shape[3]), dtype=self.dtype, device=self.device)
         v = torch.empty_like(k, dtype=self._v_dtype)
+        if shift:
+            k[:, :, :shift] = 0
+            v[:, :, :shift] = 0
         if self.length:
-            k[:, :, : self.length] = self._k[: self.rows, :, : self.length]
-            v[:, :, : self.length] = self._v[: self.rows, :, : self.length]
+            k[: self.rows, :, shift : shift + self.length] = self._k[: self.rows, :, : self.length]
+            v[: self.rows, :, shift : shift + self.length] = self._v[: self.rows, :, : self.length]
         self._k, self._v = k, v
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -84,6 +97,30 @@ class GrowingLayer(DynamicLayer):
         self.rows = rows
         self.keys, self.values = self._k[:rows, :, : self.length], self._v[:rows, :, : self.length]
 
+    def admit(self, other: "GrowingLayer") -> None:
+        """Append `other`'s rows after the live ones, right-aligned: both end at the same column."""
+        if other.length > self.length:  # a longer prompt: every live row moves right
+            shift = other.length - self.length
+            self._reserve(other.length, shift=shift)
+            self.length = other.length
+        n, start = other.rows, self.length - other.length
+        self._reserve(self.length, rows=self.rows + n)
+        new = slice(self.rows, self.rows + n)
+        self._k[new, :, :start] = 0  # never read (masked), but must not be NaN garbage either
+        self._v[new, :, :start] = 0
+        self._k[new, :, start : self.length] = other._k[:n, :, : other.length]
+        self._v[new, :, start : self.length] = other._v[:n, :, : other.length]
+        self.rows += n
+        self.shrink(self.rows)
+
+    def drop_front(self, n: int) -> None:
+        """Forget the first n columns (no live row attends to them any more)."""
+        rows, keep = self.rows, self.length - n
+        self._k[:rows, :, :keep] = self._k[:rows, :, n : self.length].clone()
+        self._v[:rows, :, :keep] = self._v[:rows, :, n : self.length].clone()
+        self.length = keep
+        self.shrink(rows)
+
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("the decoder's cache never drops tokens")
 
@@ -110,6 +147,17 @@ class GrowingCache(DynamicCache):
         if types:
             return all(t == "full_attention" for t in types)
         return not getattr(config, "sliding_window", None)
+
+    def admit(self, other: "GrowingCache") -> None:
+        """Rows of `other` (a fresh cache of prefilled waiting prompts) join this one; see the
+        module docstring. The decoder widens its attention mask the same way."""
+        for mine, theirs in zip(self.layers, other.layers):
+            mine.admit(theirs)
+
+    def drop_front(self, n: int) -> None:
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.drop_front(n)
 
     def compact(self, keep: list[int]) -> list[int]:
         """Keep the rows at slots `keep` (ascending); returns, for each new slot, the old slot now
