@@ -67,15 +67,21 @@ def chunked_schedule(lifetimes: list[int], batch_size: int) -> list[int]:
 
 
 def continuous_schedule(lifetimes: list[int], slots: int, admit_at: int = 1) -> list[int]:
-    """Rows live at each step when freed slots take the next waiting prompts as soon as
-    `admit_at` of them are free (or no row is left): decoding.ADMIT_FRACTION's rule."""
-    waiting, running, live = list(lifetimes), [], []
-    while waiting or running:
-        if waiting and (not running or slots - len(running) >= admit_at):
-            while waiting and len(running) < slots:
-                running.append(waiting.pop(0))
-        live.append(len(running))
-        running = [n - 1 for n in running if n > 1]
+    """Rows live at each step when waiting prompts join as soon as `admit_at` slots are free (or
+    no row is left), in the decoder's order of events (decoding._decode_chunk): rows whose last
+    token was sampled leave, the rest run one forward, then waiting prompts are admitted, counting
+    a row that just ran its last forward as still there (it leaves at the next sampling)."""
+    running, waiting, live = list(lifetimes[:slots]), list(lifetimes[slots:]), []
+    while running or waiting:
+        running = [n for n in running if n > 0]
+        ran = bool(running)
+        if ran:
+            live.append(len(running))
+            running = [n - 1 for n in running]
+        free = slots - len(running)
+        if waiting and (not ran or free >= admit_at):
+            take = min(free, len(waiting))
+            running, waiting = running + waiting[:take], waiting[take:]
     return live
 
 

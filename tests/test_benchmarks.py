@@ -95,10 +95,10 @@ def test_occupancy_schedules_replay_the_decoders_chunks_and_a_refilling_schedule
     bench = import_benchmark("bench_decode_occupancy")
     # 5 rows at batch 4 run as chunks of 3 + 2 (decoding.decode's equal chunks), each until its longest row
     assert bench.chunked_schedule([3, 1, 2, 2, 4], 4) == [3, 2, 1, 2, 2, 1, 1]
-    # refilling: a freed slot takes the next prompt at the same step
-    assert bench.continuous_schedule([3, 1, 2, 2, 4], 4) == [4, 4, 2, 1, 1]
-    # waiting for 2 free slots: the fifth prompt joins only when two rows have left, or none is left
-    assert bench.continuous_schedule([3, 1, 2, 2, 4], 4, admit_at=2) == [4, 3, 2, 1, 1, 1]
+    # refilling: the fifth prompt joins after the step in which a row ran its last forward
+    assert bench.continuous_schedule([3, 1, 2, 2, 4], 4) == [4, 3, 2, 1, 1, 1]
+    # waiting for 2 free slots: the fifth prompt joins only once two rows are done
+    assert bench.continuous_schedule([3, 1, 2, 2, 4], 4, admit_at=2) == [4, 3, 1, 1, 1, 1, 1]
     assert sum(bench.chunked_schedule([3, 1, 2, 2, 4], 4)) == sum(bench.continuous_schedule([3, 1, 2, 2, 4], 4)) == 12
     # the step-time fit recovers a + b * rows, and a per-bin median ignores a tool call's outlier step
     steps = [(r, 0.05 + 0.006 * r) for r in range(1, 60)] + [(30, 5.0)]
@@ -107,8 +107,9 @@ def test_occupancy_schedules_replay_the_decoders_chunks_and_a_refilling_schedule
 
 
 def test_occupancy_benchmark_replays_the_measured_pass(tmp_path):
-    out = _bench("decode_occupancy", ["--scale", "0.02"], tmp_path)
-    assert out["tasks"] == 6 and out["measured"]["decode_steps"] > 0 and out["speedup"] > 0
+    out = _bench("decode_occupancy", ["--scale", "0.05"], tmp_path)
+    # 7 + 2 + 1 + 1 tasks at cpu-smoke's 8 rows: three of them wait for a slot
+    assert out["tasks"] == 11 and out["batch_size"] == 8 and out["measured_continuous"]["max_rows"] == 8 and out["measured"]["decode_steps"] > 0 and out["speedup"] > 0
     # each scheduler's replay runs the steps its arm of the decoder really ran
     for arm, replay in (("measured", "simulated_chunked"), ("measured_continuous", "simulated_continuous")):
         assert out[replay]["decode_steps"] == out[arm]["decode_steps"], (arm, out[arm], out[replay])

@@ -11,10 +11,13 @@ compute until the slowest row is done. This loop owns the cache instead:
     when a row ends a turn (stop string, EOS, length), `on_turn_end` decides:
         None  -> the row is finished and leaves the batch (its cache rows are dropped)
         ids   -> these tokens are queued as forced input and the row decodes on after them
+    prompts beyond `batch_size` wait; once rows have left, waiting prompts are prefilled on their
+    own and join the batch (continuous batching, as vLLM schedules), so a pass does not end
+    chunk after chunk with a few long rows decoding alone
 
 Forced tokens go through the same one-token forward as sampled ones, so an observation
 costs one batched step per token rather than a re-prefill of everything before it; the
-batch stays wide (all rows of a chunk decode together), which is where a CPU gets its
+batch stays wide (every slot refilled while prompts wait), which is where a CPU gets its
 matmul efficiency (a 576x1536 matmul runs ~3x faster per token at 64 rows than at 8).
 
 Works with any Hugging Face causal LM (and PEFT-wrapped ones): it only needs
