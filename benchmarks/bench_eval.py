@@ -3,11 +3,12 @@
 Run:  PYTHONPATH=. python benchmarks/bench_eval.py [--adapter DIR] [--repeats 1]
 Writes runs/bench/eval.json (under COA_LAB_RUNS if set; benchmarks/results.py).
 
-The demo's held-out mix (48 arithmetic, 16 look-ups, 4 GSM8K, 4 HotpotQA) rolled out greedily
-by the same policy (default: the demo's SFT adapter when `make demo` has written it), two ways,
-alternating in one run:
-  1. one pass over all 72 tasks (what `evaluate` does: 36 + 36 rows);
-  2. one pass per suite (what it did before: 48, 16, 4 and 4 rows).
+The demo's held-out mix (cpu-tiny's eval.tasks: 144 arithmetic, 48 look-ups, 4 GSM8K, 4 HotpotQA)
+rolled out greedily by the same policy (default: the demo's SFT adapter when `make demo` has
+written it), two ways, alternating in one run:
+  1. one pass over all 200 tasks (what `evaluate` does: at most gen.batch_size rows at once,
+     waiting prompts taking the slots finished rows free);
+  2. one pass per suite (what it did before: 144, 48, 4 and 4 tasks).
 A decode step reads every weight whatever the batch width, so the narrow passes cost nearly as
 much per step as the wide one. Reported: tasks per minute both ways, their ratio, and how many
 final answers agree (greedy both ways; batch composition can flip a near-tie token).
