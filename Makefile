@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup bwrap browser demo test test-slow bench notebooks clean
+.PHONY: setup bwrap browser demo demo-full test test-slow bench notebooks clean
 
 setup: $(STAMP) bwrap browser
 
@@ -37,8 +37,13 @@ browser:
 	    echo "note: chromium is missing, so the JupyterLab browser test will be skipped ('sudo apt-get install chromium')"; \
 	  fi; }
 
+# `make demo`: the cpu-quick preset (the demo recipe, less RL and a smaller test set) into
+# runs/demo; `make demo-full`: cpu-tiny, the whole measured recipe (about an hour on 2 cores)
 demo: setup
 	$(PY) -m coa_lab.cli demo
+
+demo-full: setup
+	$(PY) -m coa_lab.cli demo --preset cpu-tiny --run runs/demo-full
 
 test: setup
 	$(PY) -m pytest -q --durations=15

@@ -27,7 +27,8 @@ from coa_lab.agents.capture import capture_runs  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.openai_backend import OpenAIChatBackend  # noqa: E402
 from coa_lab.generation.stub_teacher import serve_in_thread, stub_app  # noqa: E402
-from coa_lab.pipeline import draw_tasks, machine_peak, make_tools  # noqa: E402
+from coa_lab.pipeline import draw_tasks, make_tools  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 
 
 def timed_capture(url: str, tasks, tools, preset, concurrency: int, out: Path) -> dict:

@@ -45,7 +45,8 @@ from results import save  # noqa: E402 - benchmarks/results.py, beside this scri
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.decoding import decode  # noqa: E402
 from coa_lab.generation.models import compute_context, load_model  # noqa: E402
-from coa_lab.pipeline import draw_tasks, machine_peak  # noqa: E402
+from coa_lab.pipeline import draw_tasks  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 
 
 class NoEOS:

@@ -35,7 +35,8 @@ from results import demo_adapter, save  # noqa: E402 - benchmarks/results.py, be
 from coa_lab.agents.coa_runner import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
-from coa_lab.pipeline import by_benchmark, draw_tasks, machine_peak, make_tools  # noqa: E402
+from coa_lab.pipeline import by_benchmark, draw_tasks, make_tools  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 
 
 def fit_step_time(steps: list[tuple[int, float]], bin_rows: int = 4) -> tuple[float, float]:

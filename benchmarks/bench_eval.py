@@ -29,7 +29,8 @@ from coa_lab import protocol  # noqa: E402
 from coa_lab.agents.coa_runner import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
-from coa_lab.pipeline import by_benchmark, draw_tasks, machine_peak, make_tools  # noqa: E402
+from coa_lab.pipeline import by_benchmark, draw_tasks, make_tools  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 
 
 def main() -> int:

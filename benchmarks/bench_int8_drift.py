@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab import pipeline  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             x = torch.tensor([ids])
             tvs.append(float(total_variation(model(x).logits[0, -1:], twin(x).logits[0, -1:], temperature)[0]))
     out = {"prompts": len(tvs), "temperature": temperature, "tv_mean": sum(tvs) / len(tvs), "tv_min": min(tvs),
-           "tv_max": max(tvs), "tv_by_prompt": tvs, "machine": pipeline.machine_peak(preset)}
+           "tv_max": max(tvs), "tv_by_prompt": tvs, "machine": machine_peak(preset)}
     print(f"total variation fp32 vs int8 at T={temperature}: mean {out['tv_mean']:.3f} "
           f"(min {out['tv_min']:.3f}, max {out['tv_max']:.3f}) over {len(tvs)} prompts")
     save("int8_drift", out)

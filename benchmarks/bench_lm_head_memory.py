@@ -81,7 +81,7 @@ def main() -> int:
 
     from coa_lab.config import get_preset
     from coa_lab.lm_head import CHUNK
-    from coa_lab.pipeline import machine_peak
+    from coa_lab.machine import machine_peak
 
     rows = []
     for length in args.lengths:

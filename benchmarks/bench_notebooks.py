@@ -29,7 +29,7 @@ from results import save  # noqa: E402 - benchmarks/results.py, beside this scri
 
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.paths import PROJECT_ROOT  # noqa: E402
-from coa_lab.pipeline import machine_peak  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 
 NOTEBOOKS = sorted((PROJECT_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab.config import get_preset  # noqa: E402
-from coa_lab.pipeline import machine_peak  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 from coa_lab.planning.plan_report import planner_report  # noqa: E402
 
 PRESET, GPU, GPUS = "gpu-3b-qlora", "L4", 1

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab import pipeline  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.evaluate import evaluate  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
@@ -158,7 +159,7 @@ def main() -> int:
     mix = {k: n for k, n in (preset.eval.tasks if args.split == "test" else preset.eval.val_tasks).items() if k in keys}
     groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, args.split), mix)
     tools = pipeline.make_tools(preset)
-    machine_start = pipeline.machine_peak(preset)
+    machine_start = machine_peak(preset)
     # bf16 autocast is decided per process by timing a matmul (generation/models.cpu_bf16_is_fast):
     # greedy decoding under bf16 and fp32 differ on a few tasks, so SFT and every seed must be
     # scored in one mode (pin it with COA_LAB_CPU_BF16=0/1 across sessions)
@@ -233,7 +234,7 @@ def main() -> int:
         out["rl_seconds"].append(rl_seconds)
         out["eval_seconds"].append(round(time.time() - t1, 1))
         out["targets"] = targets(out)
-        out["machine"] = pipeline.machine_peak(preset)
+        out["machine"] = machine_peak(preset)
         out["seconds"] = round(time.time() - t0, 1)
         print(f"seed {seed}: RL {rl['accuracy']:.3f} (gain {100 * out['gains'][-1]:+.1f} points), format valid "
               f"{rl['format_valid']:.3f}, by benchmark { {k: round(v, 3) for k, v in rl['by_benchmark'].items()} }, "

@@ -28,7 +28,8 @@ from coa_lab.agents.coa_runner import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.hf_generator import HFGenerator  # noqa: E402
 from coa_lab.generation.models import compute_context, load_model  # noqa: E402
-from coa_lab.pipeline import draw_tasks, machine_peak, make_tools  # noqa: E402
+from coa_lab.pipeline import draw_tasks, make_tools  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 from coa_lab.rl.rollouts import score_rollouts  # noqa: E402
 from coa_lab.rl.update import policy_update  # noqa: E402
 

@@ -31,7 +31,8 @@ from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.hf_generator import HFGenerator  # noqa: E402
 from coa_lab.generation.models import compute_context, load_model  # noqa: E402
 from coa_lab.generation.result import Generation  # noqa: E402
-from coa_lab.pipeline import draw_tasks, machine_peak, make_tools  # noqa: E402
+from coa_lab.pipeline import draw_tasks, make_tools  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 
 
 class TransformersTurns:

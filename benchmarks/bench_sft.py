@@ -31,7 +31,7 @@ from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.distill.importers import load_imported  # noqa: E402
 from coa_lab.generation.models import load_model  # noqa: E402
 from coa_lab.paths import DATASETS_DIR, runs_dir  # noqa: E402
-from coa_lab.pipeline import machine_peak  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 from coa_lab.sft import collator, encode_example, masked_trainer, pad_batch, record_messages  # noqa: E402
 from coa_lab.trajectories import load_records  # noqa: E402
 

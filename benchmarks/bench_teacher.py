@@ -29,7 +29,8 @@ from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.evaluate import teacher_eval  # noqa: E402
 from coa_lab.generation import decoding  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
-from coa_lab.pipeline import draw_tasks, machine_peak, make_tools  # noqa: E402
+from coa_lab.pipeline import draw_tasks, make_tools  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 
 
 def timed_capture(backend, tasks, tools, preset) -> tuple[float, list]:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab.config import get_preset  # noqa: E402
-from coa_lab.pipeline import machine_peak  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 
 # "102.16s call     tests/test_distributed.py::test_sft_under_..." (pytest --durations)
 DURATION = re.compile(r"^\s*([0-9.]+)s\s+(setup|call|teardown)\s+(\S.*)$")

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab import pipeline  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.evaluate import evaluate  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
@@ -108,7 +109,7 @@ def main() -> int:
         if not args.no_noise:
             arms[f"noise_{i}"] = same_norm_noise(args.sft_adapter, rl, work / f"noise_{i}", seed=i + 1)
     out = {"split": args.split, "mix": mix, "sft_adapter": str(args.sft_adapter),
-           "rl_adapters": [str(p) for p in args.rl], "arms": {}, "machine": pipeline.machine_peak(preset)}
+           "rl_adapters": [str(p) for p in args.rl], "arms": {}, "machine": machine_peak(preset)}
     template = {t.id: template_of(t) for ts in groups.values() for t in ts}
     # what SFT was taught, per template: a kind of question with no trajectory in the SFT set
     # starts RL near 0, and screening (rl.pool_min_pass) then keeps none of it for RL to learn

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab import pipeline  # noqa: E402
+from coa_lab.machine import machine_peak  # noqa: E402
 from coa_lab.agents.capture import make_teacher  # noqa: E402
 from coa_lab.agents.teacher import run_teacher  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
@@ -114,7 +115,7 @@ def main() -> int:
         row["teacher_greedy"] += reach[t.id] == "0"
         row["teacher_any_attempt"] += reach[t.id] != "never"
     out = {"preset": preset.name, "attempts": args.attempts, "temperature": args.temperature,
-           "teacher_seconds": round(time.time() - t0, 1), "machine": pipeline.machine_peak(preset)}
+           "teacher_seconds": round(time.time() - t0, 1), "machine": machine_peak(preset)}
     if args.sft_adapter is not None:
         from coa_lab.evaluate import evaluate
         from coa_lab.generation.llm import make_generator

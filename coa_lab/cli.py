@@ -1,6 +1,7 @@
 """`coa-lab` command line: one subcommand per stage.
 
-    coa-lab demo                                 # the whole recipe, cpu-tiny, into runs/demo
+    coa-lab demo                                 # every stage, cpu-quick, into runs/demo
+    coa-lab demo --preset cpu-tiny --run runs/demo-full   # the whole measured recipe (~1 h)
     coa-lab capture --preset cpu-smoke --run runs/try
     coa-lab sft --run runs/try --set sft.epochs=1
     coa-lab exec program.py --timeout 5          # run a file in the code sandbox
@@ -94,11 +95,12 @@ def _parser() -> argparse.ArgumentParser:
                         ("eval", "score base / SFT / RL models on held-out tasks"),
                         ("demo", "all stages, then runs/<name>/report.md")]:
         p = sub.add_parser(name, help=help_, parents=[common])
-        # stages default to the smoke preset (a quick look); the demo and `eval --suite` to the
-        # demo's: the smoke preset's 48-token turns cut a trained model off mid-program
+        # stages default to the smoke preset (a quick look); the demo to cpu-quick and `eval
+        # --suite` to cpu-tiny (the same generation settings): the smoke preset's 48-token turns
+        # cut a trained model off mid-program
         p.add_argument("--preset", default=None, metavar="NAME",
                        help=f"one of {', '.join(sorted(PRESETS))}; default: the run folder's (RUN/preset.json), "
-                            "else cpu-tiny for demo and eval --suite, cpu-smoke for single stages")
+                            "else cpu-quick for demo, cpu-tiny for eval --suite, cpu-smoke for single stages")
         p.add_argument("--run", type=Path, default=None, help="run folder (default: runs/<preset> or runs/demo)")
         p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a preset field")
         if name in STAGES:
@@ -188,7 +190,7 @@ def _run(args) -> int:
     if args.command == "eval" and args.suite:
         return _eval_suite(args, get_preset(args.preset or "cpu-tiny", **overrides))
     if args.command == "demo":  # the demo starts afresh and records its own settings
-        preset = get_preset(args.preset or "cpu-tiny", **overrides)
+        preset = get_preset(args.preset or "cpu-quick", **overrides)
         pipeline.run_all(preset, args.run or runs_dir() / "demo")
         return 0
     run = args.run or runs_dir() / (args.preset or "cpu-smoke")

@@ -82,7 +82,7 @@ def evaluate(generator, tasks_by_suite: dict[str, list], tools, preset: Preset, 
                 id=f"{label}-{r.task.id}-{len(result.records)}", task_id=r.task.id, source=f"eval:{label}",
                 profile=r.task.profile, question=r.task.question, answers=list(r.task.answers), text=r.text,
                 reward=s, n_tokens=len(r.response_ids), n_tool_calls=r.tool_calls,
-                metadata={"finish": r.finish, "valid": valid[-1], "predicted": answer},
+                metadata={"finish": r.finish, "valid": valid[-1], "predicted": answer, "suite": suite},
             ))
         wins = [i for i, s in enumerate(scores) if s == 1.0]
         per_task = [scores[i * k : (i + 1) * k] for i in range(len(tasks))]

@@ -21,6 +21,7 @@ from pathlib import Path
 from coa_lab import distributed
 from coa_lab.config import Preset
 from coa_lab.generation.llm import make_generator
+from coa_lab.machine import machine_peak
 
 STAGES = ("capture", "distill", "sft", "rl", "eval")
 
@@ -277,27 +278,6 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     out["seconds"] = round(time.time() - t0, 1)
     _write_json(run / "eval" / "summary.json", out)
     return out
-
-
-def machine_peak(preset: Preset) -> dict:
-    """What this machine can do, measured in the run (timings mean little without it)."""
-    import os
-
-    import torch
-
-    from coa_lab.generation.models import cpu_autocast_enabled
-
-    def gflops(dtype) -> float:
-        a, b = torch.randn(512, 512, dtype=dtype), torch.randn(512, 512, dtype=dtype)
-        a @ b
-        t0, n = time.perf_counter(), 0
-        while time.perf_counter() - t0 < 0.5:
-            a @ b
-            n += 1
-        return 2 * 512**3 * n / (time.perf_counter() - t0) / 1e9
-
-    return {"cores": os.cpu_count(), "fp32_gflops": round(gflops(torch.float32), 1),
-            "bf16_gflops": round(gflops(torch.bfloat16), 1), "bf16_autocast": cpu_autocast_enabled(preset.model)}
 
 
 def run_all(preset: Preset, run: Path, log=print) -> dict:

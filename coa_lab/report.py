@@ -55,6 +55,35 @@ def revisited_questions(rollouts_path: Path, exclude: frozenset[str] | set[str] 
             "last": sum(b for _, b in pairs) / len(pairs)}
 
 
+def paired_gain(eval_dir: Path, headline, a: str = "sft", b: str = "rl") -> dict | None:
+    """b − a over the same headline test tasks, with its paired standard error: each task's
+    score under b minus under a (averaged over its samples), then the mean and SE of those
+    differences. Paired, because both models answer the same questions: the SE is of the
+    difference itself, not two accuracies' noise added. A gain within about 2 SE of 0 is
+    what a re-run with another seed could reverse (benchmarks/bench_rl_seeds.py measures that)."""
+    scores = {}
+    for label in (a, b):
+        path = eval_dir / f"{label}_trajectories.jsonl"
+        if not path.exists():
+            return None
+        per_task: dict[str, list[float]] = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                if rec.get("metadata", {}).get("suite") in headline:  # older runs did not record it
+                    per_task.setdefault(rec["task_id"], []).append(rec["reward"] or 0.0)
+        scores[label] = {t: sum(v) / len(v) for t, v in per_task.items()}
+    common = sorted(set(scores[a]) & set(scores[b]))
+    n = len(common)
+    if n < 2:
+        return None
+    diffs = [scores[b][t] - scores[a][t] for t in common]
+    mean = sum(diffs) / n
+    se = (sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) ** 0.5
+    return {"tasks": n, "gain": mean, "se": se,
+            f"{b}_only": sum(1 for d in diffs if d > 0), f"{a}_only": sum(1 for d in diffs if d < 0)}
+
+
 def summarize(run: str | Path, headline=None) -> dict:
     """The demo's headline figures (issue: "a learner sees something learned"), read from the
     files the stages wrote; measured on the held-out tasks of the learnable families."""
@@ -93,6 +122,8 @@ def summarize(run: str | Path, headline=None) -> dict:
         # the reported split is TEST (never tuned on); validation is where settings were chosen
         "test_tasks": get(pooled["base"] or single, "tasks"),
         "rl_test_gain": (pooled["rl"]["accuracy"] - pooled["sft"]["accuracy"]) if pooled["rl"] and pooled["sft"] else None,
+        # the same gain task by task, with the paired standard error that says whether it is noise
+        "rl_test_gain_paired": paired_gain(run / "eval", headline),
         "val_accuracy": {label: get(_pooled(res, headline), "accuracy") for label, res in (ev.get("val") or {}).items()},
         "rl_entropy_by_step": [m.get("entropy") for m in metrics],
         "rl_logprob_gap_by_step": [m.get("logprob_gap") for m in metrics],
@@ -167,13 +198,18 @@ def write_report(run: str | Path) -> Path:
     rv = summary["rl_revisited_questions"]
     val = summary["val_accuracy"]
     gain = summary["rl_test_gain"]
+    pg = summary["rl_test_gain_paired"]
     lines += ["## Headline (TEST split of the learnable families, never tuned on: " + head + ")", "",
               "| figure | value |", "|---|---|",
               f"| teacher success on its capture tasks | {_fmt(summary['teacher_success'], 2)} |",
               f"| kept SFT trajectories that are the teacher's own runs | {_fmt(summary['kept_from_teacher_fraction'], 2)} |",
               f"| accuracy: base → SFT → RL ({n} tasks) | {_fmt(summary['base_accuracy'], 2)} → "
               f"{_fmt(summary['sft_accuracy'], 2)} → {_fmt(summary['rl_accuracy'], 2)} |",
-              f"| RL − SFT on the test split | " + (f"{gain * 100:+.1f} points" if gain is not None else "–") + " |",
+              f"| RL − SFT on the test split | " + (f"{gain * 100:+.1f} points" if gain is not None else "–")
+              + (f" (paired standard error ±{pg['se'] * 100:.1f} over {pg['tasks']} tasks; right only after RL: "
+                 f"{pg['rl_only']}, only before: {pg['sft_only']}"
+                 + ("; within 2 SE of 0: a re-run could reverse it" if abs(pg["gain"]) < 2 * pg["se"] else "") + ")"
+                 if pg else "") + " |",
               f"| validation split (where settings are chosen): base → SFT → RL | "
               + (" → ".join(_fmt(val.get(k), 2) for k in ("base", "sft", "rl")) if val else "–") + " |",
               f"| SFT format validity | {_fmt(summary['sft_format_valid'], 2)} |",

@@ -8,7 +8,7 @@ import pytest
 
 from coa_lab.config import PRESETS, Preset, get_preset
 
-CPU_PRESETS = ("cpu-tiny", "cpu-smoke")
+CPU_PRESETS = ("cpu-tiny", "cpu-quick", "cpu-smoke")
 SECTIONS = ("model", "gen", "capture", "distill", "sft", "rl", "eval")
 
 
@@ -31,6 +31,30 @@ def test_every_preset_builds(name):
 
 def test_default_preset_is_cpu_tiny():
     assert get_preset().name == "cpu-tiny"
+
+
+def test_cpu_quick_is_the_demo_recipe_with_less_rl_and_a_smaller_test_set():
+    """`make demo` (cpu-quick) must train the same SFT student as cpu-tiny (`make demo-full`), so
+    the benchmarks that read runs/demo/sft/adapter measure the demo recipe's adapter either way,
+    and RL's settings per step must be the ones bench_rl_seeds.py measured."""
+    quick, tiny = get_preset("cpu-quick"), get_preset("cpu-tiny")
+    for section in ("model", "gen", "capture", "distill", "sft"):
+        assert getattr(quick, section) == getattr(tiny, section), section
+    differs = {f.name for f in dataclasses.fields(tiny.rl) if getattr(quick.rl, f.name) != getattr(tiny.rl, f.name)}
+    assert differs == {"steps", "pool"}
+    assert quick.rl.steps < tiny.rl.steps and sum(quick.rl.pool.values()) < sum(tiny.rl.pool.values())
+    assert quick.eval.val_tasks == {} and quick.eval.headline == tiny.eval.headline
+    assert sum(quick.eval.tasks.values()) < sum(tiny.eval.tasks.values())
+
+
+def test_the_demo_command_defaults_to_cpu_quick(monkeypatch, tmp_path):
+    from coa_lab import cli, pipeline
+
+    seen = {}
+    monkeypatch.setattr(pipeline, "run_all", lambda preset, run: seen.update(name=preset.name, run=run))
+    monkeypatch.setenv("COA_LAB_RUNS", str(tmp_path))
+    assert cli.main(["demo"]) == 0
+    assert seen["name"] == "cpu-quick" and seen["run"].name == "demo"
 
 
 def test_overrides_apply():

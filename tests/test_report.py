@@ -69,3 +69,56 @@ def test_publish_run_writes_the_run_files_figures_with_provenance(tmp_path):
     assert check_figures(f"RL took {link} s", tmp_path) == (1, [])  # a link into it checks out...
     n, problems = check_figures(f"RL took {link.replace('[600]', '[500]')} s", tmp_path)
     assert n == 1 and problems  # ...and a wrong figure does not
+
+
+def _eval_rows(label: str, rewards: dict[str, list[float]], suite: str = "math/arith") -> str:
+    return "".join(json.dumps({"task_id": t, "reward": r, "metadata": {"suite": suite}}) + "\n"
+                   for t, rs in rewards.items() for r in rs)
+
+
+def test_paired_gain_is_the_mean_task_difference_with_its_standard_error(tmp_path):
+    """RL − SFT task by task: 4 tasks, differences +1, 0, 0, -0.5 (two samples of d average to
+    0.5): mean 0.125; sample variance of the differences / n under the square root."""
+    from coa_lab.report import paired_gain
+
+    (tmp_path / "sft_trajectories.jsonl").write_text(
+        _eval_rows("sft", {"a": [0.0], "b": [1.0], "c": [0.0], "d": [1.0, 1.0]})
+        + _eval_rows("sft", {"hard": [0.0]}, suite="math/gsm8k"))  # not a headline benchmark: left out
+    (tmp_path / "rl_trajectories.jsonl").write_text(
+        _eval_rows("rl", {"a": [1.0], "b": [1.0], "c": [0.0], "d": [1.0, 0.0]})
+        + _eval_rows("rl", {"hard": [1.0]}, suite="math/gsm8k"))
+    got = paired_gain(tmp_path, ("math/arith",))
+    diffs = [1.0, 0.0, 0.0, -0.5]
+    mean = sum(diffs) / 4
+    se = (sum((d - mean) ** 2 for d in diffs) / 3 / 4) ** 0.5
+    assert got["tasks"] == 4 and got["rl_only"] == 1 and got["sft_only"] == 1
+    assert abs(got["gain"] - mean) < 1e-12 and abs(got["se"] - se) < 1e-12
+    assert paired_gain(tmp_path, ("mhqa/lookup",)) is None  # no task of that benchmark
+    assert paired_gain(tmp_path / "missing", ("math/arith",)) is None
+
+
+def test_report_says_when_rl_minus_sft_is_within_noise(tmp_path):
+    """The report's RL − SFT row carries the paired SE, and says so when the gain is within 2 SE."""
+    from coa_lab.report import write_report
+
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    (run / "preset.json").write_text(json.dumps({"name": "cpu-quick", "eval": {"headline": ["math/arith"]}}))
+    tasks = [f"t{i}" for i in range(20)]
+    sft = {t: [1.0 if i % 2 else 0.0] for i, t in enumerate(tasks)}
+    rl_noise = {t: [1.0 if (i % 2 or i == 0) else 0.0] for i, t in enumerate(tasks)}  # +1 task of 20
+    for label, rows in (("sft", sft), ("rl", rl_noise)):
+        (run / "eval" / f"{label}_trajectories.jsonl").write_text(_eval_rows(label, rows))
+    summary = {"tasks": 20, "samples": 1, "accuracy": 0.5, "format_valid": 1.0, "tokens_per_success": 10.0,
+               "answered": 1.0, "tokens_per_sample": 10.0, "tool_calls_per_success": 1.0}
+    (run / "eval" / "summary.json").write_text(json.dumps(
+        {"sft": {"math/arith": summary}, "rl": {"math/arith": {**summary, "accuracy": 0.55}}, "seconds": 1.0}))
+    text = write_report(run).read_text()
+    assert "+5.0 points (paired standard error ±5.0 over 20 tasks; right only after RL: 1, only before: 0" in text
+    assert "a re-run could reverse it" in text
+    rl_clear = {t: [1.0] for t in tasks}  # +10 tasks of 20: well beyond 2 SE
+    (run / "eval" / "rl_trajectories.jsonl").write_text(_eval_rows("rl", rl_clear))
+    (run / "eval" / "summary.json").write_text(json.dumps(
+        {"sft": {"math/arith": summary}, "rl": {"math/arith": {**summary, "accuracy": 1.0}}, "seconds": 1.0}))
+    text = write_report(run).read_text()
+    assert "+50.0 points (paired standard error" in text and "a re-run could reverse it" not in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import replace
 
@@ -257,3 +258,25 @@ def test_team_run_html_shows_each_agent_with_its_context_tool_and_tokens():
     assert "You are the code agent." in page and "12 prompt + 3 output tokens" in page
     assert "42&lt;script&gt;" in page and "<script>" not in page  # model and tool text escaped
     assert "&lt;6*7&gt;" in page and "32 tokens" not in page and f"{run.tokens} tokens" in page
+
+
+def test_save_figure_records_the_numbers_and_the_machine_probe(tmp_path):
+    """A notebook figure's JSON carries what it plots, when, and the matmul probe beside it."""
+    from coa_lab.viz.plots import save_figure
+
+    fig = plot_curves({"loss": [3.0, 2.0, 1.5]}, title="t")
+    path = save_figure(fig, tmp_path / "figures" / "x.png", {"loss": [3.0, 2.0, 1.5]})
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and meta["figure"] == "x.png"
+    assert meta["data"] == {"loss": [3.0, 2.0, 1.5]} and meta["date"]
+    probe = meta["probe"]
+    assert probe["cores"] >= 1 and probe["fp32_gflops"] > 0 and probe["bf16_gflops"] > 0
+    assert isinstance(probe["bf16_autocast"], bool)
+
+
+def test_machine_peak_measures_a_positive_rate():
+    import torch
+
+    from coa_lab.machine import matmul_gflops
+
+    assert matmul_gflops(torch.float32, seconds=0.05, size=64) > 0

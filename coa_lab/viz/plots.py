@@ -52,8 +52,11 @@ def save_figure(fig, path: str | Path, data: dict) -> Path:
             commit += "+uncommitted"  # the code that drew it differs from that commit
     except (OSError, subprocess.SubprocessError):
         commit = None  # not a git checkout: the figure is still real, its commit unknown
+    # the matmul probe beside the numbers: a figure's seconds mean little without it
+    from coa_lab.machine import machine_peak
+
     meta = {"figure": path.name, "date": time.strftime("%Y-%m-%d"), "commit": commit,
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "data": data}
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "probe": machine_peak(), "data": data}
     path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
     return path
 

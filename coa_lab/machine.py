@@ -1,0 +1,39 @@
+"""What this machine can do, measured where a timing is made: a timing means little without it.
+
+Every run, benchmark and notebook figure that reports seconds records `machine_peak()` beside
+them: cores, the fp32 and bf16 matmul rates of a 512x512 product in this process, and whether
+bf16 autocast is on. On a shared 2-core machine the rate drifts (179 -> 84 GFLOP/s between two
+demo runs, 2026-11-23), so speeds compare only as ratios measured in one run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from coa_lab.config import ModelConfig, Preset
+
+
+def matmul_gflops(dtype, seconds: float = 0.5, size: int = 512) -> float:
+    """GFLOP/s of repeated size x size products for `seconds` (after one warm-up product)."""
+    import torch
+
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        n += 1
+    return 2 * size**3 * n / (time.perf_counter() - t0) / 1e9
+
+
+def machine_peak(preset: Preset | None = None) -> dict:
+    """Cores, fp32 and bf16 matmul GFLOP/s, and whether bf16 autocast is on for the preset's model
+    (the default model settings when no preset is given)."""
+    import torch
+
+    from coa_lab.generation.models import cpu_autocast_enabled
+
+    model = preset.model if preset is not None else ModelConfig()
+    return {"cores": os.cpu_count(), "fp32_gflops": round(matmul_gflops(torch.float32), 1),
+            "bf16_gflops": round(matmul_gflops(torch.bfloat16), 1), "bf16_autocast": cpu_autocast_enabled(model)}
