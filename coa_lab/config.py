@@ -226,7 +226,9 @@ class Preset:
 
 
 def _cpu_tiny() -> Preset:
-    """The demo: every stage for real on the embedded 135M model, 47-48 min on a 2-core AVX2-only CPU (README: measured)."""
+    """`make demo-full`: the whole measured recipe, every stage for real on the embedded 135M model:
+    56 min on a 2-core machine with bf16 units (docs/results/demo.json); `make demo` runs less of it
+    (cpu-quick)."""
     # RL: 6 questions x 4 samples a step (the paper: 8 samples). Measured with 3 x 8 on the same
     # SFT adapter: a step's gradient came from 1-3 question templates, and the "Only hens lay
     # eggs" reasoning reinforced on farm questions spread to the school ones (held-out arith
