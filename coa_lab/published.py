@@ -3,7 +3,8 @@
 A figure the README or a notebook quotes is a link into one of these files, e.g.
 ``[0.807](docs/results/rl_seeds.json "sft_test_accuracy")``: the text is the figure, the link
 is the file, the title is the key inside it (dots for nesting, integers for list items, a
-trailing ``*100`` when the text shows a fraction as points or percent). `check_figures` reads
+trailing ``*100`` when the text shows a fraction as points or percent, ``*24`` when it shows an
+accuracy on 24 tasks as a count). `check_figures` reads
 every such link and says which ones the file does not back (tests/test_published_figures.py
 runs it), so no result figure is typed by hand.
 
@@ -60,10 +61,12 @@ def publish(name: str, result: dict, source: str, machine: dict, directory: Path
 
 
 def figure(doc: dict, key: str):
-    """The value at a dotted key: 'result.gains.0', with '*100' at the end to scale a fraction."""
+    """The value at a dotted key: 'result.gains.0', with '*N' at the end to scale it: '*100' shows a
+    fraction as points or percent, '*24' an accuracy on 24 tasks as the count of tasks solved."""
     scale = 1.0
-    if key.endswith("*100"):
-        key, scale = key[: -len("*100")], 100.0
+    scaled = re.fullmatch(r"(.+)\*(\d+)", key)
+    if scaled:
+        key, scale = scaled.group(1), float(scaled.group(2))
     value = doc
     for part in key.split("."):
         if isinstance(value, list):
@@ -76,7 +79,7 @@ def figure(doc: dict, key: str):
             raise KeyError(f"{key}: no {part!r}")
     if scale != 1.0:
         if not isinstance(value, (int, float)):
-            raise KeyError(f"{key}: *100 on a value that is not a number ({value!r})")
+            raise KeyError(f"{key}: *{scale:g} on a value that is not a number ({value!r})")
         value = value * scale
     return value
 

@@ -43,6 +43,14 @@ def test_published_files_carry_their_provenance(tmp_path):
         figure(doc, "a.b")
 
 
+def test_a_count_of_tasks_is_an_accuracy_scaled_by_the_task_count(tmp_path):
+    """'14 of 24' in a lesson's text: [14](... "rows.sft.accuracy*24"), checked like any figure."""
+    publish("c", {"acc": 0.5833333333333334, "tasks": 24}, "src", {"cores": 2}, tmp_path / "docs" / "results")
+    assert check_figures('[14](docs/results/c.json "acc*24") of [24](docs/results/c.json "tasks")', tmp_path) == (2, [])
+    n, problems = check_figures('[13](docs/results/c.json "acc*24")', tmp_path)
+    assert n == 1 and "the file says 14.0" in problems[0]  # 13 of 24 would be a different result
+
+
 @pytest.mark.parametrize("path", [PROJECT_ROOT / "README.md", *NOTEBOOKS], ids=lambda p: Path(p).name)
 def test_every_quoted_figure_matches_its_file(path):
     if path.suffix == ".ipynb":
