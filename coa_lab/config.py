@@ -244,9 +244,9 @@ def _cpu_quick() -> Preset:
     """`make demo`: the cpu-tiny recipe (the same capture, filters, SFT and RL settings), less of
     it: RL 4 steps from a pool screened out of 32 candidates, evaluation on 64 + 4 test tasks
     without the validation split. Every stage still does real work on the embedded model; what
-    it cannot do is resolve RL's effect: 64 tasks carry a standard error of about 6 points,
-    and RL's measured effect is 2.5 (benchmarks/bench_rl_seeds.py, 5 seeds x 192 tasks of the
-    full recipe). `make demo-full` runs cpu-tiny itself (README: both measured)."""
+    it cannot do is resolve RL's effect: on 64 tasks the paired standard error of RL − SFT
+    was 4.7 points (docs/results/demo_cpu-quick.json), above RL's mean effect of 2.5 across 5
+    seeds x 192 tasks of the full recipe (docs/results/rl_seeds.json). `make demo-full` runs cpu-tiny itself (README: both measured)."""
     preset = _cpu_tiny()
     preset.name = "cpu-quick"
     preset.rl = dataclasses.replace(preset.rl, steps=4, pool={"math/arith": 24, "mhqa/lookup": 8})
