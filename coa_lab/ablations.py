@@ -8,6 +8,11 @@
 2. DAPO's four techniques, off one at a time: RL from the same SFT adapter, same pool, same
    seed and steps. Each arm's per-step metrics (reward curve, kept groups, rollouts that
    carried a gradient) come from `train_rl`'s own log.
+3. Where rollouts come from (issue 27): the policy's own weights (exact), an int8 copy with
+   truncated importance sampling, and the int8 copy without the correction. Same start, pool,
+   seed and steps; per step the probability gap between sampler and trainer, the share of
+   tokens whose weight hit the cap and the sampling time; then every arm's final policy,
+   unquantized, on the same held-out tasks.
 
 Every arm writes its outputs under `out_dir/<arm>/`, and the summary goes to
 `out_dir/<name>.json`, so a notebook can plot a finished run without rerunning it.
@@ -33,6 +38,13 @@ DAPO_ARMS: dict[str, dict] = {
 }
 
 MASKING_ARMS: dict[str, bool] = {"masked": True, "unmasked": False}
+
+# arm name -> RLConfig overrides: who samples the rollouts. The first arm is the recipe.
+ROLLOUT_ARMS: dict[str, dict] = {
+    "exact": {},  # the trained policy samples: sampler and trainer agree to float precision
+    "int8 + TIS": {"rollout_int8": True},  # an int8 copy samples; each token's loss x min(ratio, tis_cap)
+    "int8, no correction": {"rollout_int8": True, "tis_cap": None},  # the copy's samples taken as on-policy
+}
 
 
 def _slug(name: str) -> str:
@@ -88,48 +100,85 @@ def signal_rollouts(row: dict) -> int:
     return int(row.get("signal_rollouts", 0))
 
 
-def dapo_ablation(preset: Preset, pool: list, tools, out_dir: str | Path, adapter: str | Path | None,
-                  arms: dict[str, dict] | None = None, sft_records: list | None = None) -> dict:
-    """One RL run per arm (default DAPO_ARMS), all from `adapter` on the same pool and seed;
-    sft_records: the SFT set, for a preset that mixes its loss in (rl.sft_coef)."""
-    from coa_lab.rl.trainer import train_rl
+def arm_summary(preset: Preset, overrides: dict, metrics: list[dict], arm_dir: Path, seconds: float) -> dict:
+    """One RL arm's story from `train_rl`'s own log (metrics rows) and its rollouts file."""
     from coa_lab.trajectories import load_records
+
+    rl = preset.rl
+    sampled = sum(r["sampled_groups"] for r in metrics) * rl.group_size
+    signal = sum(signal_rollouts(r) for r in metrics)
+    in_update = sum(r["kept_groups"] for r in metrics) * rl.group_size
+    # where the recipe's overlong shaping acts: the last `overlong_buffer` tokens before the limit
+    overlong_from = preset.gen.max_response_tokens - rl.overlong_buffer
+    rollouts = load_records(arm_dir / "rollouts.jsonl")
+    return {
+        "overrides": overrides,
+        "accuracy": [r["accuracy"] for r in metrics],  # the reward curve (binary task reward)
+        "kept_groups": [r["kept_groups"] for r in metrics],
+        "signal_rollouts": [signal_rollouts(r) for r in metrics],
+        "sampled_rollouts": sampled,
+        # rollouts that were generated but moved no weight: dropped groups, and groups in the
+        # batch whose advantages are all zero
+        "wasted_fraction": 1 - signal / max(1, sampled),
+        # the share of the update batch that carried a gradient: what dynamic sampling guarantees
+        "update_signal_fraction": signal / max(1, in_update),
+        "updates": sum("loss" in r for r in metrics),
+        "clip_frac": [r.get("clip_frac") for r in metrics],
+        # how often each technique's condition occurred at all (an arm that never meets it
+        # cannot differ from the recipe)
+        "high_ratio_frac": [r.get("high_ratio_frac") for r in metrics],
+        "overlong_rollouts": sum(r.n_tokens > overlong_from or bool(r.metadata.get("truncated")) for r in rollouts),
+        "response_len": [r["response_len_sampled"] for r in metrics],
+        # mean |p_train - p_sampler| per policy token (None: a step without an update)
+        "logprob_gap": [r.get("logprob_gap") for r in metrics],
+        "tis_capped_frac": [r.get("tis_capped_frac") for r in metrics],  # int8 + TIS only
+        "sample_seconds": [r.get("sample_seconds") for r in metrics],
+        "seconds": round(seconds, 1),
+    }
+
+
+def dapo_ablation(preset: Preset, pool: list, tools, out_dir: str | Path, adapter: str | Path | None,
+                  arms: dict[str, dict] | None = None, sft_records: list | None = None, name: str = "dapo") -> dict:
+    """One RL run per arm (default DAPO_ARMS), all from `adapter` on the same pool and seed;
+    sft_records: the SFT set, for a preset that mixes its loss in (rl.sft_coef). The summary
+    goes to out_dir/<name>.json."""
+    from coa_lab.rl.trainer import train_rl
 
     out_dir = Path(out_dir)
     results = {}
-    # where the recipe's overlong shaping acts: the last `overlong_buffer` tokens before the limit
-    overlong_from = preset.gen.max_response_tokens - preset.rl.overlong_buffer
     for arm, overrides in (arms or DAPO_ARMS).items():
         arm_preset = dataclasses.replace(preset, rl=dataclasses.replace(preset.rl, **overrides))
         t0 = time.time()
         run = train_rl(arm_preset, list(pool), tools, out_dir / _slug(arm), adapter=adapter, sft_records=sft_records)
-        sampled = sum(r["sampled_groups"] for r in run.metrics) * arm_preset.rl.group_size
-        signal = sum(signal_rollouts(r) for r in run.metrics)
-        in_update = sum(r["kept_groups"] for r in run.metrics) * arm_preset.rl.group_size
-        rollouts = load_records(out_dir / _slug(arm) / "rollouts.jsonl")
-        results[arm] = {
-            "overrides": overrides,
-            "accuracy": [r["accuracy"] for r in run.metrics],  # the reward curve (binary task reward)
-            "kept_groups": [r["kept_groups"] for r in run.metrics],
-            "signal_rollouts": [signal_rollouts(r) for r in run.metrics],
-            "sampled_rollouts": sampled,
-            # rollouts that were generated but moved no weight: dropped groups, and groups in the
-            # batch whose advantages are all zero
-            "wasted_fraction": 1 - signal / max(1, sampled),
-            # the share of the update batch that carried a gradient: what dynamic sampling guarantees
-            "update_signal_fraction": signal / max(1, in_update),
-            "updates": sum("loss" in r for r in run.metrics),
-            "clip_frac": [r.get("clip_frac") for r in run.metrics],
-            # how often each technique's condition occurred at all (an arm that never meets it
-            # cannot differ from the recipe)
-            "high_ratio_frac": [r.get("high_ratio_frac") for r in run.metrics],
-            "overlong_rollouts": sum(r.n_tokens > overlong_from or bool(r.metadata.get("truncated")) for r in rollouts),
-            "response_len": [r["response_len_sampled"] for r in run.metrics],
-            "seconds": round(time.time() - t0, 1),
-        }
+        results[arm] = arm_summary(arm_preset, overrides, run.metrics, out_dir / _slug(arm), time.time() - t0)
     summary = {"pool": len(pool), "steps": preset.rl.steps, "prompts_per_step": preset.rl.prompts_per_step,
                "group_size": preset.rl.group_size, "arms": results}
-    _write(out_dir / "dapo.json", summary)
+    _write(out_dir / f"{name}.json", summary)
+    return summary
+
+
+def rollout_ablation(preset: Preset, pool: list, tools, out_dir: str | Path, adapter: str | Path | None,
+                     eval_tasks: dict[str, list], sft_records: list | None = None,
+                     arms: dict[str, dict] | None = None) -> dict:
+    """RL with rollouts from each arm's sampler (default ROLLOUT_ARMS), then every arm's final
+    policy evaluated greedily with its trained, unquantized weights on `eval_tasks`: what a
+    cheaper sampler costs in what the policy learns, not only in the training curve."""
+    from coa_lab.evaluate import evaluate, save_eval
+    from coa_lab.generation.llm import make_generator
+
+    out_dir = Path(out_dir)
+    summary = dapo_ablation(preset, pool, tools, out_dir, adapter, arms=arms or ROLLOUT_ARMS,
+                            sft_records=sft_records, name="rollouts")
+    for arm, result in summary["arms"].items():
+        t0 = time.time()
+        # evaluation never samples from the int8 copy: the generator loads the saved adapter in fp32
+        final = evaluate(make_generator(preset, out_dir / _slug(arm) / "adapter"), eval_tasks, tools, preset,
+                         label=_slug(arm))
+        save_eval(final, out_dir / _slug(arm) / "eval")
+        result["final"] = rollout_behaviour(final.records)
+        result["eval_seconds"] = round(time.time() - t0, 1)
+    summary["eval_tasks"] = {k: len(v) for k, v in eval_tasks.items()}
+    _write(out_dir / "rollouts.json", summary)
     return summary
 
 
