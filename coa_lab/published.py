@@ -62,7 +62,15 @@ def publish(name: str, result: dict, source: str, machine: dict, directory: Path
 
 def figure(doc: dict, key: str):
     """The value at a dotted key: 'result.gains.0', with '*N' at the end to scale it: '*100' shows a
-    fraction as points or percent, '*24' an accuracy on 24 tasks as the count of tasks solved."""
+    fraction as points or percent, '*24' an accuracy on 24 tasks as the count of tasks solved;
+    'len(data.losses)' is how many items the list (or dict) at the key holds: 130 losses logged
+    are 130 optimizer steps."""
+    counted = re.fullmatch(r"len\((.+)\)", key)
+    if counted:
+        value = figure(doc, counted.group(1))
+        if not isinstance(value, (list, dict)):
+            raise KeyError(f"{key}: len() of a value that is not a list or dict ({value!r})")
+        return len(value)
     scale = 1.0
     scaled = re.fullmatch(r"(.+)\*(\d+)", key)
     if scaled:

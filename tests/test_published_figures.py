@@ -51,6 +51,16 @@ def test_a_count_of_tasks_is_an_accuracy_scaled_by_the_task_count(tmp_path):
     assert n == 1 and "the file says 14.0" in problems[0]  # 13 of 24 would be a different result
 
 
+def test_a_count_of_steps_is_the_length_of_their_log(tmp_path):
+    """'130 optimizer steps': [130](... "len(data.losses)"), one loss logged per step."""
+    publish("s", {"data": {"losses": [2.0, 1.5, 1.2], "examples": 2}}, "src", {"cores": 2}, tmp_path / "docs" / "results")
+    assert check_figures('[3](docs/results/s.json "len(data.losses)")', tmp_path) == (1, [])
+    n, problems = check_figures('[4](docs/results/s.json "len(data.losses)")', tmp_path)
+    assert n == 1 and "the file says 3" in problems[0]
+    n, problems = check_figures('[2](docs/results/s.json "len(data.examples)")', tmp_path)  # not a list
+    assert n == 1 and "len()" in problems[0]
+
+
 @pytest.mark.parametrize("path", [PROJECT_ROOT / "README.md", *NOTEBOOKS], ids=lambda p: Path(p).name)
 def test_every_quoted_figure_matches_its_file(path):
     if path.suffix == ".ipynb":
