@@ -272,6 +272,16 @@ def test_save_figure_records_the_numbers_and_the_machine_probe(tmp_path):
     probe = meta["probe"]
     assert probe["cores"] >= 1 and probe["fp32_gflops"] > 0 and probe["bf16_gflops"] > 0
     assert isinstance(probe["bf16_autocast"], bool)
+    # written outside the repository (as bench_notebooks' scratch copy is), it still names the
+    # commit of the code that drew it
+    import subprocess
+
+    from coa_lab.paths import PROJECT_ROOT
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT).stdout.strip()
+    if head:  # a git checkout (a copy without .git records None)
+        assert meta["commit"].split("+")[0] == head
 
 
 def test_machine_peak_measures_a_positive_rate():

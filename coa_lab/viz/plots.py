@@ -44,9 +44,13 @@ def save_figure(fig, path: str | Path, data: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+    from coa_lab.paths import PROJECT_ROOT
+
     try:
+        # the commit of the code that drew it: the lab's checkout, wherever the figure is written
+        # (a benchmark runs the notebooks in a scratch copy outside the repository)
         git = lambda *args: subprocess.run(["git", *args], capture_output=True, text=True,  # noqa: E731
-                                           cwd=path.parent, timeout=10).stdout.strip()
+                                           cwd=PROJECT_ROOT, timeout=10).stdout.strip()
         commit = git("rev-parse", "--short", "HEAD") or None
         if commit and git("status", "--porcelain", "--untracked-files=no", "--", "coa_lab", "notebooks/*.ipynb"):
             commit += "+uncommitted"  # the code that drew it differs from that commit
