@@ -171,7 +171,7 @@ def rollout_ablation(preset: Preset, pool: list, tools, out_dir: str | Path, ada
                             sft_records=sft_records, name="rollouts")
     for arm, result in summary["arms"].items():
         t0 = time.time()
-        # evaluation never samples from the int8 copy: the generator loads the saved adapter in fp32
+        # evaluation never samples from the int8 copy: the generator loads the saved adapter, unquantized
         final = evaluate(make_generator(preset, out_dir / _slug(arm) / "adapter"), eval_tasks, tools, preset,
                          label=_slug(arm))
         save_eval(final, out_dir / _slug(arm) / "eval")
