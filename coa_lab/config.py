@@ -79,6 +79,13 @@ class CaptureConfig:
     # few kept runs or the student answers that kind of question in prose (measured at 16)
     tasks: dict[str, int] = field(default_factory=lambda: {"math/arith": 48, "mhqa/lookup": 24})
     max_hops: int = 1  # tool-agent activations per teacher run
+    # A share of further train tasks the teacher runs with `multi_hop_hops` tool hops each (its
+    # thinker asked for a next step after every reflection), drawn from the far end of the
+    # shuffled train split so that they never meet the capture tasks or the RL pool. Their runs
+    # are source "teacher-<n>hop" in the funnel: where a small teacher's self-corrections
+    # happen, and where the reflection filter has something to judge (docs/design.md).
+    multi_hop_tasks: dict[str, int] = field(default_factory=dict)
+    multi_hop_hops: int = 2
     teacher_model: str | None = None  # None: the preset's model; or any model name / path
     teacher_max_new_tokens: int = 40  # per agent call: the agents are few-shot and terse
     few_shot: int = 2  # worked examples per agent prompt (agents/worked_examples.py)
@@ -98,8 +105,9 @@ class CaptureConfig:
 class DistillConfig:
     min_tool_calls: int = 1  # complexity filter: at least one tool hop ...
     max_tool_calls: int = 8  # ... and a bounded number
-    # Real external trajectories (FireAct, ToRA, R1-Searcher) mixed in per suite. Off in the
-    # CPU demo, whose teacher succeeds on its own tasks; on for the GPU presets' real benchmarks.
+    # Real external trajectories (FireAct, ToRA, R1-Searcher): this many from each shipped file
+    # whose suite the preset trains (datasets/trajectories/). The CPU demo takes 8 of each for
+    # its funnel; the GPU presets 250 for their real benchmarks.
     imported_per_suite: int = 0
     max_trajectory_tokens: int = 384
 
@@ -237,7 +245,15 @@ def _cpu_tiny() -> Preset:
     # 0.773 without (docs/design.md, "Why RL fell, part 2")
     # lr 1e-4 with the mix (it drifted at 1e-4 without it): validation, seeds 0 and 1, 128 tasks,
     # SFT 0.797 -> 0.867 and 0.859 (5e-5: 0.844, seed 0; docs/results/rl_val_lr1e4.json)
-    return Preset(name="cpu-tiny", rl=RLConfig(prompts_per_step=6, group_size=4, sft_coef=1.0, learning_rate=1e-4))
+    # The funnel (issue 29; docs/design.md, "The four filters in the demo"): 12 two-hop teacher
+    # runs give the reflection filter self-corrections to judge; 8 real trajectories per source
+    # (FireAct, R1-Searcher, ToRA) meet the other filters; at most 2 tool calls, the student's
+    # turn budget (gen.max_turns = 3: two calls and the answer), so no kept trajectory teaches a
+    # length that RL and evaluation would cut off.
+    return Preset(name="cpu-tiny",
+                  capture=CaptureConfig(multi_hop_tasks={"math/arith": 8, "mhqa/lookup": 4}),
+                  distill=DistillConfig(imported_per_suite=8, max_tool_calls=2),
+                  rl=RLConfig(prompts_per_step=6, group_size=4, sft_coef=1.0, learning_rate=1e-4))
 
 
 def _cpu_quick() -> Preset:
@@ -260,8 +276,9 @@ def _cpu_smoke() -> Preset:
     return Preset(
         name="cpu-smoke",
         gen=GenerationConfig(max_new_tokens=48, max_turns=2, max_response_tokens=160, batch_size=8),
-        capture=CaptureConfig(tasks={"math/arith": 2, "mhqa/lookup": 2}, max_hops=1, teacher_max_new_tokens=32),
-        distill=DistillConfig(imported_per_suite=2, max_trajectory_tokens=320),
+        capture=CaptureConfig(tasks={"math/arith": 2, "mhqa/lookup": 2}, max_hops=1, teacher_max_new_tokens=32,
+                              multi_hop_tasks={"math/arith": 1}),
+        distill=DistillConfig(imported_per_suite=2, max_tool_calls=2, max_trajectory_tokens=320),
         sft=SFTConfig(epochs=1, batch_size=4, max_length=320),
         rl=RLConfig(steps=1, prompts_per_step=2, group_size=2, max_sampling_rounds=0, overlong_buffer=32,
                     pool={"math/arith": 2, "mhqa/lookup": 2}, pool_samples=2),

@@ -12,6 +12,7 @@ Each stage can run on its own (`coa-lab sft --run runs/x`) as long as its inputs
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -37,9 +38,11 @@ def _read_json(path: Path):
     return json.loads(path.read_text())
 
 
-def draw_tasks(preset: Preset, mix: dict[str, int], split: str, skip: dict[str, int] | None = None) -> list:
+def draw_tasks(preset: Preset, mix: dict[str, int], split: str, skip: dict[str, int] | None = None,
+               from_end: bool = False) -> list:
     """Tasks for a mix {"suite/benchmark": n} from a split, each benchmark in a seeded order;
-    `skip` = the same kind of mix, tasks already used by an earlier stage (capture before RL)."""
+    `skip` = the same kind of mix, tasks already used by an earlier stage (capture before RL);
+    `from_end`: from the far end of that order (the capture's multi-hop share)."""
     from coa_lab.tasks.suites import load_suite
 
     out = []
@@ -47,9 +50,25 @@ def draw_tasks(preset: Preset, mix: dict[str, int], split: str, skip: dict[str, 
         suite, _, benchmark = key.partition("/")
         tasks = load_suite(suite, split, benchmark=benchmark or None)
         random.Random(preset.seed).shuffle(tasks)
+        if from_end:
+            tasks.reverse()
         offset = (skip or {}).get(key, 0)
         out.extend(tasks[offset : offset + n])
     return out
+
+
+def multi_hop_tasks(preset: Preset) -> list:
+    """The capture's multi-hop share (capture.multi_hop_tasks), checked to be disjoint from the
+    capture tasks and the RL pool candidates: the pool is read from the front of the same order."""
+    c = preset.capture
+    tasks = draw_tasks(preset, c.multi_hop_tasks, "train", from_end=True)
+    front = {t.id for t in draw_tasks(preset, c.tasks, "train")}
+    front |= {t.id for t in draw_tasks(preset, preset.rl.pool, "train", skip=c.tasks)}
+    clash = [t.id for t in tasks if t.id in front]
+    if clash:
+        raise ValueError(f"capture.multi_hop_tasks meets the capture tasks or the RL pool ({clash[:3]}): the train "
+                         "split is too small for all three; ask for fewer")
+    return tasks
 
 
 def by_benchmark(tasks: list, mix: dict[str, int]) -> dict[str, list]:
@@ -78,26 +97,41 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
     from coa_lab.agents.capture import capture_runs, make_teacher, teacher_name
     from coa_lab.evaluate import teacher_eval
 
-    tasks = draw_tasks(preset, preset.capture.tasks, "train")
+    c = preset.capture
+    tasks = draw_tasks(preset, c.tasks, "train")
     backend = make_teacher(preset)
-    result = capture_runs(backend, tasks, make_tools(preset), preset.capture, run / "capture" / "traces.jsonl",
-                          teacher=teacher_name(preset), observation_chars=preset.gen.observation_chars,
-                          resume=resume)
+    traces = run / "capture" / "traces.jsonl"
+    common = dict(teacher=teacher_name(preset), observation_chars=preset.gen.observation_chars)
+    result = capture_runs(backend, tasks, make_tools(preset), c, traces, resume=resume, **common)
+    multi = multi_hop_tasks(preset) if c.multi_hop_tasks else []
+    if multi:  # their own lockstep batches: the one-hop runs are the same with or without them
+        more = capture_runs(backend, multi, make_tools(preset), dataclasses.replace(c, max_hops=c.multi_hop_hops),
+                            traces, resume=True, **common)
+        result = dataclasses.replace(more, resumed=result.resumed, captured=result.captured + more.captured,
+                                     seconds=round(result.seconds + more.seconds, 1),
+                                     dropped_torn_line=result.dropped_torn_line or more.dropped_torn_line)
     runs = result.runs
     if runs and all(r.error for r in runs):  # nothing to distill: a teacher that never answered
         from coa_lab.agents.capture import CaptureError
 
-        where = preset.capture.teacher_url or teacher_name(preset)
+        where = c.teacher_url or teacher_name(preset)
         raise CaptureError(f"all {len(runs)} teacher runs failed ({where}; first: {runs[0].error[:200]}). "
-                           f"Fix the teacher (capture.teacher_url, its key in ${preset.capture.teacher_api_key_env}) "
+                           f"Fix the teacher (capture.teacher_url, its key in ${c.teacher_api_key_env}) "
                            f"and run capture again: failed runs are retried")
-    key_of = {t.id: key for key, ts in by_benchmark(tasks, preset.capture.tasks).items() for t in ts}
+    one_hop = {t.id for t in tasks}
+    key_of = {t.id: key for key, ts in by_benchmark(tasks, c.tasks).items() for t in ts}
     summary = {"runs": len(runs), "activations": sum(len(r.activations) for r in runs),
                "tool_calls": sum(r.tool_calls for r in runs), "seconds": result.seconds,
                "teacher": teacher_name(preset), "resumed": result.resumed, "captured": result.captured,
                "failed": result.failed, "dropped_torn_line": result.dropped_torn_line,
-               # tokens, agent calls and tool calls per task and per success, overall and per benchmark
-               "success": teacher_eval(runs, key_of)}
+               # on the capture tasks (max_hops): tokens, agent calls and tool calls per task and
+               # per success, overall and per benchmark
+               "success": teacher_eval([r for r in runs if r.task_id in one_hop], key_of)}
+    if multi:
+        ids = {t.id for t in multi}
+        mkey = {t.id: key for key, ts in by_benchmark(multi, c.multi_hop_tasks).items() for t in ts}
+        summary["multi_hop"] = {"hops": c.multi_hop_hops, "tasks": len(multi),
+                                "success": teacher_eval([r for r in runs if r.task_id in ids], mkey)}
     if hasattr(backend, "retries"):
         summary["requests"], summary["retries"] = backend.requests, backend.retries
     if getattr(backend, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled
@@ -121,8 +155,10 @@ def distill(preset: Preset, run: Path) -> dict:
     runs = load_runs(run / "capture" / "traces.jsonl")
     records, tasks_by_id = [], {}
     for r in runs:
+        # the multi-hop share is its own row of the funnel (capture.multi_hop_tasks)
+        source = "teacher" if r.hops in (None, preset.capture.max_hops) else f"teacher-{r.hops}hop"
         tasks_by_id[r.task_id] = Task(r.task_id, r.question, r.answers, "teacher", r.profile, {})
-        records.append(TrajectoryRecord(f"teacher-{r.task_id}", r.task_id, "teacher", r.profile, r.question,
+        records.append(TrajectoryRecord(f"teacher-{r.task_id}", r.task_id, source, r.profile, r.question,
                                         r.answers, run_to_coa(r), metadata={"teacher_tokens": r.tokens}))
     n_imp = preset.distill.imported_per_suite
     if n_imp > 0:
@@ -141,7 +177,8 @@ def distill(preset: Preset, run: Path) -> dict:
     save_records(records, run / "distill" / "all.jsonl")
     save_records(kept, run / "distill" / "kept.jsonl")
     summary = {"input": len(records), "kept": len(kept), "by_source": report.counts,
-               "kept_by_source": _count(r.source for r in kept), "seconds": round(time.time() - t0, 1)}
+               "kept_by_source": _count(r.source for r in kept), "dropped_by_reason": report.by_reason(),
+               "seconds": round(time.time() - t0, 1)}
     _write_json(run / "distill" / "summary.json", summary)
     _write_json(run / "distill" / "dropped.json", report.dropped)
     (run / "distill" / "filter_table.md").write_text(report.table() + "\n")

@@ -103,7 +103,9 @@ def summarize(run: str | Path, headline=None) -> dict:
     return {
         "headline_benchmarks": list(headline),
         "teacher_success": get(((cap or {}).get("success") or {}).get("all"), "accuracy"),
-        "kept_from_teacher_fraction": (dis["kept_by_source"].get("teacher", 0) / dis["kept"]) if dis and dis["kept"] else None,
+        # the teacher's own runs, one-hop and multi-hop ("teacher", "teacher-2hop")
+        "kept_from_teacher_fraction": (sum(n for s, n in dis["kept_by_source"].items() if s.startswith("teacher"))
+                                       / dis["kept"]) if dis and dis["kept"] else None,
         "base_accuracy": get(pooled["base"], "accuracy"),
         "sft_accuracy": get(pooled["sft"], "accuracy"),
         "sft_format_valid": get(pooled["sft"], "format_valid"),
@@ -279,6 +281,12 @@ def write_report(run: str | Path) -> Path:
         table = run / "distill" / "filter_table.md"
         if table.exists():
             lines += ["", "## Progressive filtering (survivors after each stage)", "", table.read_text().strip()]
+        if dis.get("dropped_by_reason"):
+            lines += ["", "Removed at each filter, by reason (every drop's full reason: distill/dropped.json):", "",
+                      "| filter | removed | reasons |", "|---|---|---|"]
+            for stage, kinds in dis["dropped_by_reason"].items():
+                why = ", ".join(f"{k} {n}" for k, n in kinds.items() if n) or "–"
+                lines.append(f"| {stage} | {sum(kinds.values())} | {why} |")
     lines += ["", "Plots: " + ", ".join(f"![{p.stem}]({p.name})" for p in _plots(run, sft, rl, ev))]
     out = run / "report.md"
     out.write_text("\n".join(lines) + "\n")

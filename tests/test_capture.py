@@ -12,7 +12,7 @@ import time
 import pytest
 
 from coa_lab.agents.capture import CaptureError, capture_runs, lockstep_batches, read_traces
-from coa_lab.agents.teacher import TeacherRun
+from coa_lab.agents.teacher import TeacherRun, run_teacher
 from coa_lab.config import CaptureConfig
 from coa_lab.generation.openai_backend import AuthError, BackendError, OpenAIChatBackend
 from coa_lab.generation.result import Generation
@@ -157,7 +157,8 @@ def test_sigkill_mid_capture_then_resume_gives_every_task_exactly_once(tmp_path)
     n = 16
     with serve_in_thread(stub_app(delay_s=0.1, fail_rate=0.1, seed=2)) as url:
         cmd = [sys.executable, "-m", "coa_lab.cli", "capture", "--preset", "cpu-smoke", "--run", str(run),
-               "--set", f'capture.tasks={{"math/arith": {n}}}', "--set", f"capture.teacher_url={url}",
+               "--set", f'capture.tasks={{"math/arith": {n}}}', "--set", "capture.multi_hop_tasks={}",
+               "--set", f"capture.teacher_url={url}",
                "--set", "capture.teacher_model=stub-teacher", "--set", "capture.concurrency=2"]
         env = {**os.environ, "TQDM_DISABLE": "1"}
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -217,3 +218,30 @@ def test_a_malformed_answer_is_a_failed_run_not_a_crash(tmp_path):
         result = capture_runs(backend, tasks(2), TOOLS, CaptureConfig(), tmp_path / "t.jsonl", teacher="m",
                               progress=False)
     assert result.failed == 2 and all("not JSON" in r.error for r in result.runs)
+
+
+def test_the_multi_hop_share_never_meets_the_capture_tasks_or_the_rl_pool():
+    from coa_lab.config import get_preset
+    from coa_lab.pipeline import draw_tasks, multi_hop_tasks
+
+    for name in ("cpu-tiny", "cpu-quick", "cpu-smoke"):
+        preset = get_preset(name)
+        multi = multi_hop_tasks(preset)
+        assert len(multi) == sum(preset.capture.multi_hop_tasks.values()) > 0
+        used = {t.id for t in draw_tasks(preset, preset.capture.tasks, "train")}
+        used |= {t.id for t in draw_tasks(preset, preset.rl.pool, "train", skip=preset.capture.tasks)}
+        assert not used & {t.id for t in multi}, name
+    # the same tasks for both demo presets: they share capture, so they share the SFT student
+    assert [t.id for t in multi_hop_tasks(get_preset("cpu-tiny"))] == [t.id for t in multi_hop_tasks(get_preset("cpu-quick"))]
+    # a share that would reach the front of the order is refused, naming the fix
+    too_many = get_preset("cpu-tiny", capture={"multi_hop_tasks": {"mhqa/lookup": 600}})
+    with pytest.raises(ValueError, match="ask for fewer"):
+        multi_hop_tasks(too_many)
+
+
+def test_a_run_records_the_hops_it_was_given_and_old_records_still_load(tmp_path):
+    runs = run_teacher(Agents(), tasks(2), TOOLS, CaptureConfig(max_hops=2))
+    assert [r.hops for r in runs] == [2, 2] and [r.tool_calls for r in runs] == [2, 2]
+    old = runs[0].to_dict()
+    del old["hops"]  # a traces file written before the field existed
+    assert TeacherRun.from_dict(old).hops is None

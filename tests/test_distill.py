@@ -220,14 +220,22 @@ def test_each_stage_drops_its_failures():
     assert [r.id for r in kept] == ["good", "math", "changed"]
     assert report.counts == {"teacher": {"input": 9, "correctness": 8, "complexity": 6, "quality": 3, "reflection": 3}}
     assert _drop(report, "wrong") == ("correctness", "wrong answer 'Lyon'")
-    assert _drop(report, "notool") == ("complexity", "0 tool calls, want 1..3")
-    assert _drop(report, "fourcalls") == ("complexity", "4 tool calls, want 1..3")
+    assert _drop(report, "notool") == ("complexity", "too few tool calls: 0, want 1..3")
+    assert _drop(report, "fourcalls") == ("complexity", "too many tool calls: 4, want 1..3")
     stage, reason = _drop(report, "order")
     assert stage == "quality" and reason.startswith("format: block 0: <wiki_search> may not follow <start>")
     assert _drop(report, "repeated") == ("quality", "repeated identical tool call")
     assert _drop(report, "long")[0] == "quality" and _drop(report, "long")[1].endswith("tokens > 40")
     assert len(report.dropped) == 6
     assert {d["source"] for d in report.dropped} == {"teacher"}
+    # every drop is counted under its stage's kind of reason, and nothing else is
+    assert report.by_reason() == {
+        "correctness": {"wrong answer": 1},
+        "complexity": {"too few tool calls": 1, "too many tool calls": 1},
+        "quality": {"format": 1, "repeated identical tool call": 1, "over the token budget": 1},
+        "reflection": {"same tool call after a reflection": 0, "reflection misreports the tool": 0,
+                       "answer ignores the correction": 0, "judge rejected": 0},
+    }
 
 
 def test_survivors_get_reward_and_counts():
@@ -265,7 +273,7 @@ def test_judge_rejection_is_a_reflection_drop():
 
 
 def test_reflection_credible_rule():
-    assert reflection_credible(protocol.parse(REFLECT_SAME)) == "reflection followed by the same tool call"
+    assert reflection_credible(protocol.parse(REFLECT_SAME)) == "same tool call after a reflection"
     assert reflection_credible(protocol.parse(REFLECT_CHANGED)) is None
     assert reflection_credible(protocol.parse(GOOD)) is None
     # a repeat WITHOUT a reflection in between is not this stage's concern
@@ -275,7 +283,7 @@ def test_reflection_credible_rule():
 def test_reflection_followed_by_same_call_is_dropped_at_reflection_stage():
     kept, report = _run([rec("same", REFLECT_SAME)])
     assert kept == []
-    assert _drop(report, "same") == ("reflection", "reflection followed by the same tool call")
+    assert _drop(report, "same") == ("reflection", "same tool call after a reflection")
 
 
 def test_reflection_followed_by_same_call_is_dropped():
@@ -293,3 +301,64 @@ def test_judge_only_sees_records_that_reached_the_reflection_stage():
 
     _run([rec("good", GOOD), rec("wrong", WRONG), rec("notool", NO_TOOL), rec("long", LONG)], judge=judge)
     assert seen == ["good"]
+
+
+# What the 135M teacher writes when asked for a second hop it does not need (runs/…/capture,
+# capture.multi_hop_tasks): the reflection after the second call repeats the first result, or
+# the answer ignores what the second call returned.
+def code(expr, out):
+    return f"<code>\n```python\nprint({expr})\n```\n</code>" + protocol.wrap_observation(out)
+
+
+TWO_HOP_Q = "The school orders 39 boxes of 45 pencils and 50 boxes of 23 pens. How many in all?"
+MISREPORTED = ("<think>39 * 45 + 50 * 23</think>" + code("39 * 45 + 50 * 23", "2905")
+               + "<reflection>The code ran and printed 2905.</reflection><think>2905 * 45 + 29</think>"
+               + code("2905 * 45 + 29", "130754") + "<reflection>The code ran and printed 2905.</reflection>"
+               "<think>The school orders 2905.</think><answer>\\boxed{2905}</answer>")
+IGNORED = ("<think>39 * 45 + 50 * 23</think>" + code("39 * 45 + 50 * 23", "2905")
+           + "<reflection>The code ran and printed 2905.</reflection><think>2905 * 45 + 29</think>"
+           + code("2905 * 45 + 29", "130754") + "<reflection>The code ran and printed 130754.</reflection>"
+           "<think>The school orders 2905.</think><answer>\\boxed{2905}</answer>")
+# a genuine correction: the first call was wrong, the reflection says what it printed, the
+# second call differs and the answer is what it returned
+GENUINE = ("<think>39 * 45 + 50 * 23</think>" + code("39 * 45 + 50 + 23", "1828")
+           + "<reflection>The code ran and printed 1828, but the pens were added, not multiplied.</reflection>"
+           "<think>39 * 45 + 50 * 23</think>" + code("39 * 45 + 50 * 23", "2905")
+           + "<reflection>The code ran and printed 2905.</reflection><think>2905.</think><answer>\\boxed{2905}</answer>")
+
+
+def test_a_reflection_that_misreports_its_tool_is_not_credible():
+    assert protocol.validate(MISREPORTED, "math") == []
+    why = reflection_credible(protocol.parse(MISREPORTED), TWO_HOP_Q)
+    assert why == "reflection misreports the tool: it says 2905, the observation does not"
+    # numbers the question holds may be quoted: "45" and "23" are not inventions
+    quoting = MISREPORTED.replace("printed 2905.</reflection><think>The school",
+                                  "printed 130754 for 45 and 23.</reflection><think>The school")
+    assert not (reflection_credible(protocol.parse(quoting), TWO_HOP_Q) or "").startswith("reflection misreports")
+    assert reflection_credible(protocol.parse(quoting), "no numbers here").startswith("reflection misreports")
+
+
+def test_an_answer_that_ignores_the_correction_is_not_credible():
+    why = reflection_credible(protocol.parse(IGNORED), TWO_HOP_Q)
+    assert why == "answer ignores the correction: '2905' is not in what the corrected call returned"
+    assert reflection_credible(protocol.parse(GENUINE), TWO_HOP_Q) is None
+    # whole words only: 290 is not "in" 2905
+    assert reflection_credible(protocol.parse(GENUINE.replace("boxed{2905}", "boxed{290}")), TWO_HOP_Q).startswith(
+        "answer ignores the correction")
+    # one hop has no correction to ignore, whatever the answer
+    one_hop = "<think>a</think>" + code("39 * 45", "1755") + "<reflection>It printed 1755.</reflection><answer>7</answer>"
+    assert reflection_credible(protocol.parse(one_hop), TWO_HOP_Q) is None
+
+
+def test_the_reflection_stage_counts_each_kind_of_fake_correction():
+    tasks = {**TASKS, "pens": Task(id="pens", question=TWO_HOP_Q, answers=["2905"], source="t", profile="math")}
+    records = [TrajectoryRecord(id=i, task_id="pens", source="teacher-2hop", profile="math", question=TWO_HOP_Q,
+                                answers=["2905"], text=t)
+               for i, t in [("mis", MISREPORTED), ("ign", IGNORED), ("gen", GENUINE)]]
+    records.append(rec("same", REFLECT_SAME, source="teacher-2hop"))
+    kept, report = progressive_filter(records, tasks, count_tokens, max_tool_calls=2, max_tokens=400)
+    assert [r.id for r in kept] == ["gen"]
+    assert report.counts["teacher-2hop"] == {"input": 4, "correctness": 4, "complexity": 4, "quality": 4, "reflection": 1}
+    assert report.by_reason()["reflection"] == {"same tool call after a reflection": 1,
+                                                "reflection misreports the tool": 1,
+                                                "answer ignores the correction": 1, "judge rejected": 0}

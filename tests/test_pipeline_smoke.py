@@ -30,15 +30,22 @@ def run_dir(tmp_path_factory):
 def test_capture_recorded_teacher_runs(run_dir):
     summary = json.loads((run_dir / "capture" / "summary.json").read_text())
     lines = (run_dir / "capture" / "traces.jsonl").read_text().splitlines()
-    assert summary["runs"] == len(lines) == 4  # 2 arithmetic + 2 look-up tasks
+    # 2 arithmetic + 2 look-up tasks at one hop, 1 arithmetic task of the multi-hop share at two
+    assert summary["runs"] == len(lines) == 5
     assert summary["activations"] == sum(len(json.loads(l)["activations"]) for l in lines)
-    assert summary["tool_calls"] >= 4  # one hop per run, tools really ran
+    hops = sorted((json.loads(l)["hops"], sum(1 for a in json.loads(l)["activations"] if a["tool"])) for l in lines)
+    assert hops == [(1, 1)] * 4 + [(2, 2)]  # every hop ran its tool
+    assert summary["tool_calls"] == 6
     assert set(summary["success"]) == {"all", "math/arith", "mhqa/lookup"}
-    assert summary["success"]["all"]["runs"] == 4
+    assert summary["success"]["all"]["runs"] == 4  # the headline: the one-hop capture tasks only
+    assert summary["multi_hop"]["hops"] == 2 and summary["multi_hop"]["success"]["all"]["runs"] == 1
     # the reported success is each run's final answer scored by the task's scorer, nothing else
     runs = [json.loads(l) for l in lines]
-    solved = [score(Task(r["task_id"], r["question"], r["answers"], "t", r["profile"], {}), r["final_answer"]) for r in runs]
-    assert summary["success"]["all"]["accuracy"] == pytest.approx(sum(solved) / len(solved))
+    solved = {r["task_id"]: score(Task(r["task_id"], r["question"], r["answers"], "t", r["profile"], {}), r["final_answer"])
+              for r in runs}
+    one_hop = [solved[r["task_id"]] for r in runs if r["hops"] == 1]
+    assert summary["success"]["all"]["accuracy"] == pytest.approx(sum(one_hop) / len(one_hop))
+    assert summary["multi_hop"]["success"]["all"]["accuracy"] == sum(solved[r["task_id"]] for r in runs if r["hops"] == 2)
     # the local teacher's agent prompts share their instruction and examples: prefilled once
     assert 0 < summary["prompt_tokens_prefilled"] < summary["prompt_tokens_sent"]
 
@@ -53,6 +60,13 @@ def test_distill_kept_a_filtered_subset(run_dir):
         stages = [counts["input"], counts["correctness"], counts["complexity"], counts["quality"], counts["reflection"]]
         assert stages == sorted(stages, reverse=True), source  # progressive: never grows
     assert all(r.reward == 1.0 for r in kept)
+    # the multi-hop run is its own row, and every drop is counted under its stage's reason
+    assert summary["by_source"]["teacher-2hop"]["input"] == 1 and summary["by_source"]["teacher"]["input"] == 4
+    dropped = json.loads((run_dir / "distill" / "dropped.json").read_text())
+    for stage, kinds in summary["dropped_by_reason"].items():
+        assert sum(kinds.values()) == sum(1 for d in dropped if d["stage"] == stage), stage
+    assert sum(sum(k.values()) for k in summary["dropped_by_reason"].values()) == len(everything) - len(kept)
+    assert "Removed at each filter, by reason" in (run_dir / "report.md").read_text()
 
 
 def test_sft_trained_with_masked_observations(run_dir):
@@ -116,7 +130,8 @@ def test_summary_json_has_the_headline_figures(run_dir):
     assert summary["seconds"] > 0
     distilled = json.loads((run_dir / "distill" / "summary.json").read_text())
     assert summary["kept_from_teacher_fraction"] == pytest.approx(
-        distilled["kept_by_source"].get("teacher", 0) / distilled["kept"])
+        (distilled["kept_by_source"].get("teacher", 0) + distilled["kept_by_source"].get("teacher-2hop", 0))
+        / distilled["kept"])
 
 
 def test_report_and_plots_written(run_dir):

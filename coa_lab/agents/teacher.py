@@ -55,6 +55,7 @@ class TeacherRun:
     activations: list[Activation] = field(default_factory=list)
     final_answer: str = ""
     error: str | None = None  # the backend failed for good mid-run (activations so far kept)
+    hops: int | None = None  # the tool hops it was run with (capture.max_hops); None: recorded before it was kept
 
     @property
     def tokens(self) -> int:
@@ -146,7 +147,7 @@ def run_teacher(backend, tasks: list, tools, cfg: CaptureConfig, observation_cha
     Each agent call is one batched `backend.chat` over every run (lockstep); each agent gets
     its own instruction, the orchestrator's context, and `cfg.few_shot` worked examples.
     """
-    runs = [TeacherRun(t.id, t.question, t.profile, list(t.answers)) for t in tasks]
+    runs = [TeacherRun(t.id, t.question, t.profile, list(t.answers), hops=cfg.max_hops) for t in tasks]
     examples = {r.task_id: nearest(r.profile, r.question, cfg.few_shot) for r in runs}
     is_code = lambda r: r.profile in ("math", "code")  # noqa: E731
     said: dict[str, dict[str, str]] = {r.task_id: {} for r in runs}  # what each agent last said, per run
