@@ -163,7 +163,8 @@ def distill(preset: Preset, run: Path) -> dict:
     n_imp = preset.distill.imported_per_suite
     if n_imp > 0:
         for path in sorted((DATASETS_DIR / "trajectories").glob("*.jsonl")):
-            imported = [i for i in load_imported(path) if i.profile in preset.suites]
+            imported = [i for i in load_imported(path)
+                        if i.profile in preset.suites and i.source in preset.distill.imported_sources]
             random.Random(preset.seed).shuffle(imported)  # files are not ordered by kind
             for imp in imported[:n_imp]:
                 tid = f"{imp.source}-{imp.task_id}"

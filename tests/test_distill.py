@@ -362,3 +362,15 @@ def test_the_reflection_stage_counts_each_kind_of_fake_correction():
     assert report.by_reason()["reflection"] == {"same tool call after a reflection": 1,
                                                 "reflection misreports the tool": 1,
                                                 "answer ignores the correction": 1, "judge rejected": 0}
+
+
+@pytest.mark.model
+def test_the_pipeline_imports_only_the_sources_asked_for(tmp_path):
+    from coa_lab.config import get_preset
+    from coa_lab.lesson_inputs import SHIPPED_TEACHER_RUNS, distill_teacher_runs
+
+    for sources in (("tora",), ("fireact", "r1searcher")):
+        preset = get_preset("cpu-smoke", distill={"imported_per_suite": 3, "imported_sources": sources})
+        summary = distill_teacher_runs(preset, SHIPPED_TEACHER_RUNS, tmp_path / "-".join(sources))
+        imported = {s: c["input"] for s, c in summary["by_source"].items() if not s.startswith("teacher")}
+        assert imported == {s: 3 for s in sources}

@@ -192,9 +192,11 @@ def old_logprob_fraction(preset: Preset) -> float:
 
 def sft_examples(preset: Preset) -> int:
     """The SFT set's size if every captured task were kept (an upper bound: distillation drops
-    the teacher's failures), plus distill.imported_per_suite for each suite captured."""
+    the teacher's failures; the multi-hop share included), plus distill.imported_per_suite for
+    each suite captured."""
     suites = {key.split("/")[0] for key in preset.capture.tasks}
-    return sum(preset.capture.tasks.values()) + preset.distill.imported_per_suite * len(suites)
+    captured = sum(preset.capture.tasks.values()) + sum(preset.capture.multi_hop_tasks.values())
+    return captured + preset.distill.imported_per_suite * len(suites)
 
 
 @dataclass
