@@ -99,13 +99,14 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
 
     c = preset.capture
     tasks = draw_tasks(preset, c.tasks, "train")
+    multi = multi_hop_tasks(preset) if c.multi_hop_tasks else []  # checked before any capture work
     backend = make_teacher(preset)
     traces = run / "capture" / "traces.jsonl"
     common = dict(teacher=teacher_name(preset), observation_chars=preset.gen.observation_chars)
-    result = capture_runs(backend, tasks, make_tools(preset), c, traces, resume=resume, **common)
-    multi = multi_hop_tasks(preset) if c.multi_hop_tasks else []
+    tools = make_tools(preset)
+    result = capture_runs(backend, tasks, tools, c, traces, resume=resume, **common)
     if multi:  # their own lockstep batches: the one-hop runs are the same with or without them
-        more = capture_runs(backend, multi, make_tools(preset), dataclasses.replace(c, max_hops=c.multi_hop_hops),
+        more = capture_runs(backend, multi, tools, dataclasses.replace(c, max_hops=c.multi_hop_hops),
                             traces, resume=True, **common)
         result = dataclasses.replace(more, resumed=result.resumed, captured=result.captured + more.captured,
                                      seconds=round(result.seconds + more.seconds, 1),
