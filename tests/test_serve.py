@@ -155,8 +155,10 @@ def test_coa_lab_serve_is_a_teacher_for_a_capture_over_http(tmp_path):
         with ThreadPoolExecutor(4) as pool:
             replies = list(pool.map(one, ["Hi", "What is 2+2?", "Name a color.", "Say yes."]))
         assert all(r.status_code == 200 and r.json()["choices"][0]["message"]["content"] for r in replies)
-        preset = get_preset("cpu-smoke", capture={"tasks": {"math/arith": 2, "mhqa/lookup": 1}, "teacher_url": url,
-                                                  "teacher_model": "smol", "concurrency": 3})
+        # one-hop tasks only: this test counts the agent calls of a one-hop run (6); the two-hop
+        # share's own tests are in test_capture.py and test_pipeline_smoke.py
+        preset = get_preset("cpu-smoke", capture={"tasks": {"math/arith": 2, "mhqa/lookup": 1}, "multi_hop_tasks": {},
+                                                  "teacher_url": url, "teacher_model": "smol", "concurrency": 3})
         summary = pipeline.capture(preset, tmp_path)
         batches = httpx.get(f"http://127.0.0.1:{port}/health").json()["batches"]
     finally:
