@@ -45,8 +45,13 @@ demo: setup
 demo-full: setup
 	$(PY) -m coa_lab.cli demo --preset cpu-tiny --run runs/demo-full
 
+# Two or more workers (pytest-xdist), one file per worker so that a file's shared fixtures (the
+# notebooks' runs folder, the smoke pipeline's run) are built once; tests/conftest.py gives each
+# worker its share of the cores. `make test PYTEST_ARGS=-q` runs in one process.
+PYTEST_ARGS ?= -q -n auto --maxprocesses=4 --dist loadfile --durations=15
+
 test: setup
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow

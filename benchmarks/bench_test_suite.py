@@ -1,10 +1,10 @@
 """The test suite's own time: what `make test` costs on this machine, with the probe beside it.
 
-Run:  PYTHONPATH=. python benchmarks/bench_test_suite.py [--pytest-args "-q --durations=15"]
+Run:  PYTHONPATH=. python benchmarks/bench_test_suite.py [--pytest-args "-q -n auto --maxprocesses=4 --dist loadfile --durations=15"]
 Writes runs/bench/test_suite.json (under COA_LAB_RUNS if set; with COA_LAB_PUBLISH=1 also
 docs/results/test_suite.json, the file README's "Tests" figures link to).
 
-Runs pytest in a subprocess with the README's arguments (`make test`: `-q --durations=15`),
+Runs pytest in a subprocess with the README's arguments (`make test`: `-q -n auto --maxprocesses=4 --dist loadfile --durations=15`),
 reads the counts from its JUnit XML (passed, failed, errors, skipped; deselected from the
 summary line) and the slowest tests from `--durations`, and probes the matmul peak before and
 after (the suite's time follows the probe: minutes x GFLOP/s stayed at 3,000-3,300 across
@@ -67,7 +67,7 @@ def slowest(output: str) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pytest-args", default="-q --durations=15", help="what `make test` passes to pytest")
+    ap.add_argument("--pytest-args", default="-q -n auto --maxprocesses=4 --dist loadfile --durations=15", help="what `make test` passes to pytest")
     ap.add_argument("--preset", default="cpu-tiny", help="the preset whose numeric mode the probe reports")
     args = ap.parse_args()
     preset = get_preset(args.preset)
