@@ -212,6 +212,27 @@ def test_test_suite_benchmark_counts_a_real_pytest_run(tmp_path):
     assert out["seconds"] > 0 and out["machine"]["fp32_gflops"] > 0 and "provenance" in out
 
 
+def test_test_suite_benchmark_compares_one_process_with_workers(tmp_path):
+    """--compare runs the same files in one process and in make test's workers and records both."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import os\n\ndef test_where():\n    with open(os.environ['PROBE_OUT'], 'a') as f:\n"
+                     "        f.write(os.environ.get('PYTEST_XDIST_WORKER', 'main') + '\\n')\n\n"
+                     "def test_two():\n    assert 1 + 1 == 2\n")
+    where = tmp_path / "where.txt"
+    env = {**os.environ, "COA_LAB_RUNS": str(tmp_path), "PYTHONPATH": str(ROOT), "PROBE_OUT": str(where)}
+    env.pop("COA_LAB_PUBLISH", None)
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_test_suite.py"), "--preset", "cpu-smoke",
+                           "--pytest-args", "-q -n 2 --dist loadfile -p no:cacheprovider", "--compare", str(probe)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = json.loads((tmp_path / "bench" / "test_suite_workers.json").read_text())
+    assert out["one_process"]["passed"] == out["workers"]["passed"] == 2
+    assert "-n 2" in out["workers"]["command"] and "-n" not in out["one_process"]["command"].split()
+    assert out["speedup"] == round(out["one_process"]["seconds"] / out["workers"]["seconds"], 2)
+    first, second = where.read_text().split()  # one process, then a worker
+    assert first == "main" and second.startswith("gw")
+
+
 def test_test_suite_benchmark_reads_junit_and_durations(tmp_path):
     from conftest import import_benchmark
 

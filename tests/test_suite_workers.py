@@ -19,9 +19,14 @@ def test_each_worker_gets_its_share_of_the_cores():
 
 def test_make_test_keeps_each_file_in_one_worker():
     """The notebooks share one runs folder in file order (notebook 03 reads 02's output), and the
-    smoke pipeline's run is built once per file: split across workers they would break or repeat."""
+    smoke pipeline's run is built once per file: split across workers they would break or repeat.
+    bench_test_suite.py times exactly what `make test` runs."""
     from pathlib import Path
+
+    from conftest import import_benchmark
 
     makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
     line = next(line for line in makefile.splitlines() if line.startswith("PYTEST_ARGS ?="))
-    assert "-n auto" in line and "--dist loadfile" in line
+    args = line.split("?=", 1)[1].strip()
+    assert "-n auto" in args and "--dist loadfile" in args
+    assert import_benchmark("bench_test_suite").MAKE_TEST_ARGS == args
