@@ -27,7 +27,9 @@ RESULTS_DIR = PROJECT_ROOT / "docs" / "results"
 # [shown](docs/results/<file>.json "key") -- the key in the title so the link still opens the file;
 # a notebook's figure data (notebooks/figures/<name>.json, coa_lab/viz/plots.save_figure: the date,
 # commit and machine beside what it plots) is linked the same way, from a notebook as figures/<name>.json
-LINK = re.compile(r'\[([^\]\n]+)\]\(((?:\.\./)*(?:docs/results|notebooks/figures|figures)/[\w.-]+\.json) "([^"\n]+)"\)')
+# the shown text may hold one level of balanced brackets, as Markdown's link text may: a
+# parametrized test id such as test_notebook_runs_in_smoke_mode[07_ablations.ipynb]
+LINK = re.compile(r'\[((?:[^\[\]\n]|\[[^\[\]\n]*\])+)\]\(((?:\.\./)*(?:docs/results|notebooks/figures|figures)/[\w.-]+\.json) "([^"\n]+)"\)')
 
 
 def git_commit(root: Path = PROJECT_ROOT) -> str | None:

@@ -34,6 +34,19 @@ def test_a_figure_is_checked_against_its_file(tmp_path):
     assert n == 3 and len(problems) == 3  # a boolean is never read as its opposite, nor as a number
 
 
+def test_a_figure_may_show_a_parametrized_test_id(tmp_path):
+    """The text of a link may hold balanced brackets (a test id such as name[07_ablations.ipynb]);
+    an unmatched bracket before a link does not swallow it."""
+    from coa_lab.published import check_figures
+
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "t.json").write_text(json.dumps({"slow": ["tests/a.py::t[07.ipynb]"], "n": 3}))
+    ok = '[tests/a.py::t[07.ipynb]](docs/results/t.json "slow.0") and a [ bracket then [3](docs/results/t.json "n")'
+    assert check_figures(ok, tmp_path) == (2, [])
+    bad = '[tests/a.py::t[08.ipynb]](docs/results/t.json "slow.0")'
+    assert check_figures(bad, tmp_path)[1]
+
+
 def test_published_files_carry_their_provenance(tmp_path):
     doc = json.loads(publish("x", {"a": 1}, "src", {"fp32_gflops": 150.0}, tmp_path).read_text())
     assert doc["source"] == "src" and doc["provenance"]["machine"] == {"fp32_gflops": 150.0}
