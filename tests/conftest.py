@@ -10,8 +10,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # Under pytest-xdist (`make test` runs `-n auto`), each worker gets its share of the cores: on a
 # 2-core machine two workers of one thread each finish more model work than one process of two
-# threads (a small model's decode step is half dispatch and Python, which one thread does alone;
-# docs/design.md, "The test suite in two workers"). Set before torch starts its thread pool, and
+# threads (measured on the lab's decoder: x1.24-1.28; a second thread in one process adds little
+# at a small model's sizes; docs/design.md, "The test suite in two workers"). Set before torch starts its thread pool, and
 # in the environment so that the notebooks, CLI runs and launches a test starts inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
