@@ -135,7 +135,12 @@ def sft_adapter(preset, base: Path, explicit: Path | None) -> Path:
     return adapter
 
 
-def main() -> int:
+def sft_set(adapter: Path) -> Path:
+    """The trajectories an adapter was trained on: RUN/distill/kept.jsonl beside RUN/sft/adapter."""
+    return adapter.resolve().parent.parent / "distill" / "kept.jsonl"
+
+
+def main(argv: list[str] | None = None) -> int:
     from coa_lab.cli import parse_overrides
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -150,11 +155,16 @@ def main() -> int:
                     help="val: a TUNING run, scored on eval.val_tasks (the test split stays untouched)")
     ap.add_argument("--pool-from", type=Path, default=None,
                     help="an earlier run's rl/pool.json: every seed trains on that screening")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     overrides = parse_overrides(args.set)
     preset = get_preset(args.preset, **overrides)
     base = runs_dir() / "bench" / args.name
     adapter = sft_adapter(preset, base, args.sft_adapter)
+    kept = sft_set(adapter)
+    if preset.rl.sft_coef > 0 and not kept.exists():  # found out now, not after the pool screening
+        raise SystemExit(f"{kept} is missing: rl.sft_coef > 0 mixes the adapter's SFT trajectories into every RL "
+                         f"update, read from beside the adapter (RUN/sft/adapter -> RUN/distill); give the "
+                         f"adapter of a run folder, or --set rl.sft_coef=0")
     keys = list(preset.eval.headline)
     mix = {k: n for k, n in (preset.eval.tasks if args.split == "test" else preset.eval.val_tasks).items() if k in keys}
     groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, args.split), mix)
@@ -205,9 +215,8 @@ def main() -> int:
         if summary is None:
             (run / "sft").mkdir(parents=True)
             (run / "sft" / "adapter").symlink_to(adapter.resolve())
-            distilled = adapter.resolve().parent.parent / "distill"  # the SFT set: rl.sft_coef mixes it in
-            if distilled.exists():
-                (run / "distill").symlink_to(distilled)
+            if kept.exists():  # the SFT set: rl.sft_coef mixes it in
+                (run / "distill").symlink_to(kept.parent)
             screened = base / f"seed{out['seeds'][0]}" / "rl" / "pool.json" if out["seeds"] else args.pool_from
             if out.get("pool") and not (screened and screened.exists()):  # --append elsewhere: the kept screening
                 screened = base / "pool.json"

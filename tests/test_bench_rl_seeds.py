@@ -50,3 +50,24 @@ def test_append_scores_only_a_seed_whose_rl_stage_finished(bench, tmp_path):
     short = {**summary, "metrics": summary["metrics"][:-1]}  # stopped one step early
     (run / "rl" / "summary.json").write_text(json.dumps(short))
     assert bench._finished_rl(run, preset) is None
+
+
+def test_an_adapter_without_its_sft_set_is_refused_before_any_work(bench, tmp_path, monkeypatch):
+    """cpu-tiny mixes the SFT trajectories into every update (rl.sft_coef): an adapter copied out of
+    its run folder has none beside it, which must stop the benchmark at once, not after the pool
+    screening (a 20-minute loss, 2026-11-27)."""
+    monkeypatch.setenv("COA_LAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(bench.pipeline, "draw_tasks", lambda *a, **k: pytest.fail("work began"))
+    lone = tmp_path / "copied" / "adapter"
+    lone.mkdir(parents=True)
+    with pytest.raises(SystemExit, match="kept.jsonl is missing"):
+        bench.main(["--sft-adapter", str(lone), "--seeds", "0"])
+    assert bench.sft_set(lone) == (tmp_path / "distill" / "kept.jsonl").resolve()
+    run = tmp_path / "run"
+    (run / "sft" / "adapter").mkdir(parents=True)
+    (run / "distill").mkdir()
+    (run / "distill" / "kept.jsonl").write_text("{}\n")
+    assert bench.sft_set(run / "sft" / "adapter") == (run / "distill" / "kept.jsonl").resolve()
+    # without the mix nothing is read from beside the adapter: the check lets it through to the work
+    with pytest.raises(pytest.fail.Exception, match="work began"):
+        bench.main(["--sft-adapter", str(lone), "--seeds", "0", "--set", "rl.sft_coef=0"])
