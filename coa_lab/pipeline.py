@@ -235,7 +235,8 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
     if saved.exists() and (reuse_pool or (resume and latest_rl_checkpoint(run / "rl") is not None)):
         # the interrupted run's screening, not a new one: a resumed run trains on the same pool
         old = json.loads(saved.read_text())
-        report = PoolReport(old["candidates"], old["samples"], old["kept"], old["pass_rates"], old["histogram"])
+        report = PoolReport(old["candidates"], old["samples"], old["kept"], old["pass_rates"], old["histogram"],
+                            rollouts=old.get("rollouts"))  # the count the screening drew, kept when it is rewritten
         pool = [t for t in candidates if t.id in set(old["pool"])]
         reused_fallback = bool(old.get("fallback_to_all_candidates"))
     else:

@@ -123,3 +123,27 @@ def test_an_early_decision_never_differs_from_drawing_every_sample(samples, wind
             assert full_rate != 1.0  # an anchor-to-be is never cut short
     assert decided_early(1, 2, 4, 0.2, 0.8) and not decided_early(2, 2, 4, 0.2, 0.8)
     assert not decided_early(0, 2, 4, 0.2, 0.8) and decided_early(0, 4, 4, 0.2, 0.8)
+
+
+def test_a_reused_screening_is_rewritten_with_its_rollout_count(tmp_path, monkeypatch):
+    """bench_rl_seeds hands seed 0's screening to the later seeds (pipeline.rl reuse_pool): the
+    pool.json each seed rewrites must still say how many rollouts that screening drew."""
+    import json
+    from types import SimpleNamespace
+
+    import coa_lab.rl.trainer as trainer
+    from coa_lab import pipeline
+
+    preset = get_preset("cpu-smoke")
+    ids = [t.id for t in pipeline.draw_tasks(preset, preset.rl.pool, "train", skip=preset.capture.tasks)]
+    screened = {"candidates": len(ids), "samples": 2, "kept": len(ids), "rollouts": 6, "histogram": {"1/2": len(ids)},
+                "pass_rates": {i: 0.5 for i in ids}, "fallback_to_all_candidates": False, "anchors": [], "pool": ids}
+    (tmp_path / "rl").mkdir()
+    (tmp_path / "rl" / "pool.json").write_text(json.dumps(screened))
+    monkeypatch.setattr(pipeline, "make_tools", lambda preset: None)
+    trained = []
+    monkeypatch.setattr(trainer, "train_rl", lambda preset, pool, *a, **k: trained.append(pool) or SimpleNamespace(metrics=[]))
+    summary = pipeline.rl(preset, tmp_path, reuse_pool=True)
+    assert [t.id for t in trained[0]] == ids  # trained on the screening it was handed, none drawn again
+    assert json.loads((tmp_path / "rl" / "pool.json").read_text()) == screened
+    assert summary["pool_rollouts"] == 6
