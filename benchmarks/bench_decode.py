@@ -11,7 +11,8 @@ tokens (EOS does not end a row in either system, so both decode the same full ba
     KV cache, grouped-query decode attention);
   - `generate_tokens_per_s`: the same through `model.generate` (transformers' DynamicCache);
   - `same_tokens`: whether every row's greedy tokens are identical;
-  - `step_ms`: one decode step, (time for N tokens - time for 1 token) / (N - 1), prefill excluded;
+  - `step_ms`: one decode step, (time for N tokens - time for 1 token) / (N - 1), prefill excluded
+    (where a busy machine makes that difference negative, time for N tokens / N: an upper bound);
   - `peak_fraction`: the step's matmul work (2 x the weights of every Linear, lm_head included,
     x rows) per second, over the fp32 (or bf16 under autocast) matmul peak probed in this run;
   - `gemm_ms`: the step's matmuls alone, every Linear of the model (its own weights, the lm_head
