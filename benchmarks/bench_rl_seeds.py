@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import rl_arms  # noqa: E402 - benchmarks/rl_arms.py, beside this script (--arms)
 from results import save  # noqa: E402 - benchmarks/results.py, beside this script
 
 from coa_lab import pipeline  # noqa: E402
@@ -75,7 +76,9 @@ def targets(out: dict) -> dict:
     n = len(gains)
     return {
         "seeds_done": n,
-        "rl_ge_sft": sum(g >= 0 for g in gains),
+        # a tie is a tie: neither above nor below SFT
+        "rl_above_sft": sum(g > 0 for g in gains),
+        "rl_ties_sft": sum(g == 0 for g in gains),
         "mean_gain_points": round(100 * sum(gains) / n, 2) if n else None,
         "worst_format_drop_points": round(100 * (out["sft_format_valid"] - min(out["rl_format_valid"])), 2) if n else None,
         "last_third_ge_first_third": sum(thirds_up),
@@ -107,13 +110,7 @@ def plot(out: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _finished_rl(run: Path, preset) -> dict | None:
-    """The RL summary of a seed whose stage ran all its steps (its adapter saved), else None."""
-    path = run / "rl" / "summary.json"
-    if not path.exists() or not (run / "rl" / "adapter" / "adapter_config.json").exists():
-        return None
-    summary = json.loads(path.read_text())
-    return summary if len(summary.get("metrics", [])) == preset.rl.steps else None
+_finished_rl = rl_arms.finished_rl  # the RL summary of a run whose stage ran all its steps, else None
 
 
 def weights_sha256(adapter: Path) -> str:
@@ -148,14 +145,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="cpu-tiny")
     ap.add_argument("--sft-adapter", type=Path, default=None)
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
-    ap.add_argument("--name", default="rl_seeds", help="result name under runs/bench/")
+    ap.add_argument("--name", default=None, help="result name under runs/bench/ (default rl_seeds, or rl_arms "
+                    "with --arms)")
+    ap.add_argument("--arms", nargs="+", default=None, metavar="ARM",
+                    help="control, rl, rl+ptx: each from the one SFT adapter, same seeds, pool and tasks "
+                         "(benchmarks/rl_arms.py)")
+    ap.add_argument("--final", action="store_true", help="allow reading the confirmation split (recorded)")
     ap.add_argument("--screen-per-seed", action="store_true", help="screen the RL pool again for every seed")
     ap.add_argument("--append", action="store_true", help="keep the SFT eval and seeds of an earlier run")
-    ap.add_argument("--split", choices=["test", "val"], default="test",
-                    help="val: a TUNING run, scored on eval.val_tasks (the test split stays untouched)")
+    ap.add_argument("--split", choices=["test", "selection", "val", "confirm"], default="test",
+                    help="val: a TUNING run, scored on eval.val_tasks; test (= selection): the 192 tasks earlier "
+                         "benchmarks read; confirm: the confirmation split, --arms --final only")
     ap.add_argument("--pool-from", type=Path, default=None,
                     help="an earlier run's rl/pool.json: every seed trains on that screening")
     args = ap.parse_args(argv)
+    args.name = args.name or ("rl_arms" if args.arms else "rl_seeds")
+    if args.split == "confirm" and not args.arms:
+        raise SystemExit("the confirmation split is read by --arms --final only")
     overrides = parse_overrides(args.set)
     preset = get_preset(args.preset, **overrides)
     base = runs_dir() / "bench" / args.name
@@ -165,9 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{kept} is missing: rl.sft_coef > 0 mixes the adapter's SFT trajectories into every RL "
                          f"update, read from beside the adapter (RUN/sft/adapter -> RUN/distill); give the "
                          f"adapter of a run folder, or --set rl.sft_coef=0")
+    if args.arms:
+        return rl_arms.run_arms(args, overrides, base, adapter, kept)
     keys = list(preset.eval.headline)
     mix = {k: n for k, n in (preset.eval.tasks if args.split == "test" else preset.eval.val_tasks).items() if k in keys}
-    groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, args.split), mix)
+    groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, "val" if args.split == "val" else "test"), mix)
     tools = pipeline.make_tools(preset)
     machine_start = machine_peak(preset)
     # bf16 autocast is decided per process by timing a matmul (generation/models.cpu_bf16_is_fast):

@@ -108,7 +108,8 @@ def arm_summary(preset: Preset, overrides: dict, metrics: list[dict], arm_dir: P
     sampled = sum(r["sampled_groups"] for r in metrics) * rl.group_size
     signal = sum(signal_rollouts(r) for r in metrics)
     in_update = sum(r["kept_groups"] for r in metrics) * rl.group_size
-    # where the recipe's overlong shaping acts: the last `overlong_buffer` tokens before the limit
+    # where the recipe's overlong shaping acts: the policy's tokens in the last `overlong_buffer`
+    # before the limit (rollouts recorded before policy_tokens was kept: all their tokens)
     overlong_from = preset.gen.max_response_tokens - rl.overlong_buffer
     rollouts = load_records(arm_dir / "rollouts.jsonl")
     return {
@@ -127,11 +128,13 @@ def arm_summary(preset: Preset, overrides: dict, metrics: list[dict], arm_dir: P
         # how often each technique's condition occurred at all (an arm that never meets it
         # cannot differ from the recipe)
         "high_ratio_frac": [r.get("high_ratio_frac") for r in metrics],
-        "overlong_rollouts": sum(r.n_tokens > overlong_from or bool(r.metadata.get("truncated")) for r in rollouts),
+        "overlong_rollouts": sum(r.metadata.get("policy_tokens", r.n_tokens) > overlong_from
+                                 or bool(r.metadata.get("truncated")) for r in rollouts),
         "response_len": [r["response_len_sampled"] for r in metrics],
         # mean |p_train - p_sampler| per policy token (None: a step without an update)
         "logprob_gap": [r.get("logprob_gap") for r in metrics],
-        "tis_capped_frac": [r.get("tis_capped_frac") for r in metrics],  # int8 + TIS only
+        # every arm with rl.tis_cap whose sampler reports log-probs (None: no correction, or no update)
+        "tis_capped_frac": [r.get("tis_capped_frac") for r in metrics],
         "sample_seconds": [r.get("sample_seconds") for r in metrics],
         "seconds": round(seconds, 1),
     }

@@ -183,11 +183,14 @@ class RLConfig:
     # seed. The tasks themselves (pool candidates, eval) are drawn with the preset's seed, so
     # benchmarks/bench_rl_seeds.py varies only RL from one SFT adapter on one pool of candidates.
     seed: int | None = None
-    # Rollouts from an int8 copy of the policy (CPU; coa_lab/rl/int8_rollouts.py), the update
-    # corrected per token by truncated importance sampling: min(pi_train / pi_rollout, tis_cap).
-    # tis_cap None: no correction (the ablation's third arm). Off by default: it stays off in
-    # the demo until benchmarks/bench_rl_seeds.py holds with it (notebook 07 shows the ablation).
+    # Rollouts from an int8 copy of the policy (CPU; coa_lab/rl/int8_rollouts.py). Off by default:
+    # it stays off in the demo until benchmarks/bench_rl_seeds.py holds with it (notebook 07 shows the ablation).
     rollout_int8: bool = False
+    # Truncated importance sampling whenever the rollouts carry the sampler's log-probs (int8 and
+    # exact ones alike; vLLM here reports none): each policy token's loss x min(pi_train / pi_rollout,
+    # tis_cap). Exact rollouts in fp32 get weights of 1; under bf16 autocast they correct the gap of
+    # a sampler running LoRA merged against a trainer running it unmerged. None: no correction
+    # (the ablation's third arm).
     tis_cap: float | None = 2.0
     # A KL term to the SFT policy (the adapter RL starts from), GRPO's k3 estimator per policy
     # token, weighed by kl_coef and averaged like the loss. 0: none, as in DAPO and the AFM
@@ -201,6 +204,11 @@ class RLConfig:
     # on farm questions SFT had solved (docs/design.md, "Why RL fell, part 2"). 0: off.
     sft_coef: float = 0.0
     sft_rows: int = 8
+    # The policy-gradient term's weight: 1 is RL. 0 is the SFT-only control of an RL run: no
+    # rollouts, the same optimizer steps (rl.mini_batches a step), the same SFT rows in the same
+    # order at the same rate (needs rl.sft_coef > 0). What RL itself adds is the recipe's gain
+    # over this control, not over the SFT adapter (benchmarks/bench_rl_seeds.py --arms).
+    pg_coef: float = 1.0
 
 
 @dataclass

@@ -308,7 +308,9 @@ def _plots(run: Path, sft, rl, ev) -> list[Path]:
     if rl and rl["metrics"]:
         m = rl["metrics"]
         fig, ax = plt.subplots(figsize=(5, 3))
-        ax.plot([x["step"] for x in m], [x["reward_mean"] for x in m], marker="o", label="reward")
+        # the shaped reward the advantages used; a run written before it was named logged it as "reward_mean"
+        shaped = [x.get("reward_shaped_mean", x.get("reward_mean")) for x in m]
+        ax.plot([x["step"] for x in m], shaped, marker="o", label="reward (shaped)")
         ax.plot([x["step"] for x in m], [x["accuracy"] for x in m], marker="s", label="accuracy")
         ax.set(xlabel="DAPO step", ylabel="mean over sampled rollouts", title="RL training curve")
         ax.legend()

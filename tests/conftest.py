@@ -21,6 +21,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(_threads)
 
 
+def tiny_sft_records(n: int) -> list:
+    """n one-line SFT trajectories ("What is i + 1?"): the SFT mix's rows in the RL tests."""
+    from coa_lab.trajectories import TrajectoryRecord
+
+    return [TrajectoryRecord(id=f"sft-{i}", task_id=f"t{i}", source="test", profile="math",
+                             question=f"What is {i} + 1?", answers=[str(i + 1)],
+                             text=f"<think>{i} plus one.</think><answer>\\boxed{{{i + 1}}}</answer>")
+            for i in range(n)]
+
+
 def import_benchmark(name: str):
     """A script under benchmarks/ as a module (it imports results.py from beside it)."""
     import importlib

@@ -77,3 +77,20 @@ def test_rollout_behaviour_counts_self_written_observations():
 
 def test_rollout_behaviour_of_nothing():
     assert rollout_behaviour([])["accuracy"] == 0.0
+
+
+def test_overlong_rollouts_count_the_policys_tokens_not_the_tool_output(tmp_path):
+    """The overlong punishment counts the policy's own tokens; so does the arm's count of the
+    rollouts it acted on. A record from before policy_tokens was kept counts all its tokens."""
+    from coa_lab.trajectories import save_records
+
+    preset = get_preset("cpu-tiny")
+    limit = preset.gen.max_response_tokens
+    tool_heavy = dataclasses.replace(_rec("a", 1.0, True), n_tokens=limit - 1)
+    tool_heavy.metadata.update(policy_tokens=20, truncated=False)
+    wordy = dataclasses.replace(_rec("b", 1.0, True), n_tokens=limit - 1)
+    wordy.metadata.update(policy_tokens=limit - 1, truncated=False)
+    old = dataclasses.replace(_rec("c", 1.0, True), n_tokens=limit - 1)
+    save_records([tool_heavy, wordy, old], tmp_path / "rollouts.jsonl")
+    row = {"accuracy": 1.0, "sampled_groups": 1, "kept_groups": 0, "signal_rollouts": 0, "response_len_sampled": 9.0}
+    assert arm_summary(preset, {}, [row], tmp_path, 1.0)["overlong_rollouts"] == 2  # wordy and old

@@ -13,6 +13,7 @@ from coa_lab.rl.dapo import (
     group_advantages,
     informative_groups,
     overlong_penalty,
+    tis_weights,
     token_logprobs,
 )
 
@@ -325,3 +326,23 @@ def test_token_logprobs_with_nothing_to_score_still_backpropagates(tiny_llama):
     assert out.shape == (2, 5) and torch.all(out == 0)
     out.sum().backward()
     tiny_llama.zero_grad(set_to_none=True)
+
+
+# ============================================================================ truncated importance sampling
+
+
+def test_tis_weights_are_the_capped_ratio_on_policy_tokens_and_1_elsewhere():
+    # the trainer gives 0.40 where the sampler drew at 0.10 (ratio 4: capped at 2), 0.25 where it
+    # drew at 0.50 (0.5), an observation token (mask 0; the sampler's log-prob there is 0.0), and a
+    # token both agree on (1)
+    train = torch.log(torch.tensor([[0.40, 0.25, 0.30, 0.90]])).requires_grad_()
+    sampler = torch.log(torch.tensor([[0.10, 0.50, 1.00, 0.90]]))
+    mask = torch.tensor([[1, 1, 0, 1]])
+    weights, capped = tis_weights(train, sampler, mask, cap=2.0)
+    assert weights.tolist()[0] == pytest.approx([2.0, 0.5, 1.0, 1.0], abs=1e-6)
+    assert capped.tolist() == [[True, False, False, False]]
+    assert not weights.requires_grad  # a weight, never a path for the gradient
+    # the cap is a cap, not a scale: a ratio just under it passes unchanged
+    weights, capped = tis_weights(torch.log(torch.tensor([[0.19]])), torch.log(torch.tensor([[0.10]])),
+                                  torch.ones(1, 1), cap=2.0)
+    assert float(weights) == pytest.approx(1.9) and not capped.any()

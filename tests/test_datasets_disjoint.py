@@ -39,8 +39,8 @@ def _all(split: str) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def eval_files():
-    """Every file that is not training data: val and test ("eval" is an alias of test)."""
-    return {f"{name} ({split})": tasks for split in ("val", "test") for name, tasks in _all(split).items()}
+    """Every held-out split: val, test ("eval" and "selection" are aliases of test) and confirm."""
+    return {f"{name} ({split})": tasks for split in ("val", "test", "confirm") for name, tasks in _all(split).items()}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_no_duplicate_ids_within_or_across_files(eval_tasks):
 
 @pytest.fixture(scope="module")
 def families():
-    return {f"{suite}/{bench}": {split: load_suite(suite, split, benchmark=bench) for split in ("train", "val", "test")}
+    return {f"{suite}/{bench}": {split: load_suite(suite, split, benchmark=bench) for split in ("train", "val", "test", "confirm")}
             for suite, bench in FAMILIES.items()}
 
 

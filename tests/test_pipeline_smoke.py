@@ -85,7 +85,8 @@ def test_rl_logged_every_step(run_dir):
         mine = [r for r in rollouts if r.metadata["step"] == row["step"]]
         # the row describes the rollouts that step really sampled ...
         assert len(mine) == row["sampled_groups"] * rl.group_size >= row["kept_groups"] * rl.group_size
-        assert row["reward_mean"] == pytest.approx(sum(r.reward for r in mine) / len(mine))
+        assert row["reward_task_mean"] == pytest.approx(sum(r.reward for r in mine) / len(mine))
+        assert row["reward_shaped_mean"] == pytest.approx(sum(r.metadata["shaped_reward"] for r in mine) / len(mine))
         assert row["response_len_sampled"] == pytest.approx(sum(r.n_tokens for r in mine) / len(mine))
         # ... and says whether it updated: a loss when a group had a reward spread, a reason when none did
         if row["kept_groups"]:

@@ -122,3 +122,30 @@ def test_report_says_when_rl_minus_sft_is_within_noise(tmp_path):
         {"sft": {"math/arith": summary}, "rl": {"math/arith": {**summary, "accuracy": 1.0}}, "seconds": 1.0}))
     text = write_report(run).read_text()
     assert "+50.0 points (paired standard error" in text and "a re-run could reverse it" not in text
+
+
+def test_report_plots_the_shaped_reward_of_new_and_old_rl_metrics(tmp_path, monkeypatch):
+    """RL rows name the task and the shaped reward apart; a run folder written before that has
+    only "reward_mean" (which was the shaped one) and must still plot."""
+    import matplotlib.axes
+
+    from coa_lab.report import write_report
+
+    row = {"accuracy": 0.5, "kept_groups": 1, "sampled_groups": 2, "tool_calls_per_rollout": 1.0, "seconds": 3.0}
+    plotted = []
+    real = matplotlib.axes.Axes.plot
+
+    def spy(self, *args, **kwargs):
+        plotted.append((kwargs.get("label"), list(args[1])))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    for name, rewards in (("new", {"reward_task_mean": 0.5, "reward_shaped_mean": 0.25}), ("old", {"reward_mean": 0.25})):
+        run = tmp_path / name
+        (run / "rl").mkdir(parents=True)
+        (run / "rl" / "summary.json").write_text(json.dumps(
+            {"pool": 4, "seconds": 9.0, "metrics": [{"step": 0, **row, **rewards}]}))
+        write_report(run)
+        assert (run / "rl_reward.png").exists()
+        assert ("reward (shaped)", [0.25]) in plotted, name
+        plotted.clear()

@@ -4,6 +4,7 @@ old log-probs are the pre-update policy's; a resumed run samples exactly as the 
 Real model, real sampling (no scripted policy) wherever the claim is about sampling."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -181,6 +182,58 @@ def test_old_logprobs_are_the_pre_update_policys_values(policy, sampled, monkeyp
     assert torch.allclose(old[mask], pre[mask], atol=1e-5)
     # and the test can tell: after the step the same tokens have visibly other log-probs
     assert (post[mask] - pre[mask]).abs().max() > 1e-3
+
+
+def test_tis_weighs_exact_rollouts_by_the_capped_ratio_token_by_token(policy, sampled, monkeypatch):
+    """Truncated importance sampling applies to the exact sampler's rollouts too (rl.rollout_int8
+    off): each policy token's loss weight is exp(min(old - sampler_lp, log cap)), recomputed here
+    token by token; every other token weighs 1. The sampler's log-probs are moved by hand so that
+    some tokens hit the cap (ratio ~e) and others weigh below 1."""
+    model, tok = policy
+    rollouts = copy.deepcopy(sampled)
+    for r in rollouts:
+        policy_pos = [j for j, m in enumerate(r.response_mask) if m]
+        for k, j in enumerate(policy_pos):
+            r.response_logprobs[j] = r.response_logprobs[j] - 1.0 if k % 2 == 0 else r.response_logprobs[j] / 2
+    seen = []
+    real = dapo.dapo_token_loss
+
+    def spy(logprobs, old, advantages, mask, *args, token_weights=None, **kwargs):
+        seen.append((old.detach().clone(), mask.detach().clone(), token_weights))
+        return real(logprobs, old, advantages, mask, *args, token_weights=token_weights, **kwargs)
+
+    monkeypatch.setattr(dapo, "dapo_token_loss", spy)
+    preset = _preset(mini_batches=1)
+    assert not preset.rl.rollout_int8 and preset.rl.tis_cap == 2.0
+    m = copy.deepcopy(model)
+    stats = policy_update(m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4),
+                          [rollouts], [[1.0, 0.0, 0.0, 1.0]], preset, tok.pad_token_id)
+    [(old, loss_mask, weights)] = seen  # one group of 4: one micro-batch, rows in rollout order
+    assert weights is not None
+    log_w = torch.zeros_like(old)  # 0 (weight 1) wherever the policy sampled nothing
+    for k, r in enumerate(rollouts):
+        n = len(r.prompt_ids)
+        for j, (is_policy, lp) in enumerate(zip(r.response_mask, r.response_logprobs)):
+            if is_policy:
+                log_w[k, n + j] = old[k, n + j] - torch.tensor(lp, dtype=torch.float32)
+    expected = torch.exp(log_w.clamp(max=math.log(2.0)))
+    assert torch.equal(weights, expected)
+    on = loss_mask.bool()
+    assert (log_w[on] > math.log(2.0)).any() and (expected[on] < 0.99).any()  # both ends are exercised
+    assert stats["tis_weight_mean"] == pytest.approx(float(expected[on].mean()), rel=1e-6)
+    assert stats["tis_capped_frac"] == pytest.approx(float((log_w[on] > math.log(2.0)).float().mean()), rel=1e-6)
+
+
+def test_exact_rollouts_in_fp32_get_tis_weights_of_1(policy, sampled):
+    """fp32, the policy itself sampling: the trainer's log-probs are the sampler's, so truncated
+    importance sampling, now on for exact rollouts, weighs every token 1 and caps none."""
+    model, tok = policy
+    m = copy.deepcopy(model)
+    stats = policy_update(m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4),
+                          [sampled[:2], sampled[2:]], [[1.0, 0.0], [0.0, 1.0]], _preset(mini_batches=2),
+                          tok.pad_token_id)
+    assert stats["tis_weight_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert stats["tis_capped_frac"] == 0.0
 
 
 def test_resumed_rl_samples_what_the_uninterrupted_run_sampled(tmp_path, monkeypatch):

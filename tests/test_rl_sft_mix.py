@@ -6,18 +6,11 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_sft_records as _records
 
 from coa_lab.config import get_preset
-from coa_lab.trajectories import TrajectoryRecord
 
 TEXT = "<think>t</think><answer>\\boxed{2}</answer>"
-
-
-def _records(n: int) -> list[TrajectoryRecord]:
-    return [TrajectoryRecord(id=f"sft-{i}", task_id=f"t{i}", source="test", profile="math",
-                             question=f"What is {i} + 1?", answers=[str(i + 1)],
-                             text=f"<think>{i} plus one.</think><answer>\\boxed{{{i + 1}}}</answer>")
-            for i in range(n)]
 
 
 def _grads(model) -> list[torch.Tensor]:

@@ -95,6 +95,33 @@ def test_score_rollouts_shapes_but_accuracy_stays_binary(model_and_tok):
     assert accuracy == [1.0] and shaped[0] < 1.0  # correct but too long: punished softly
 
 
+def test_overlong_punishment_counts_the_policys_tokens_not_the_tool_output(model_and_tok):
+    """A short correct answer after a long tool output: the observation is the environment's, so
+    the soft overlong punishment (which ramps from max_len - buffer) must not touch it."""
+    from coa_lab.tools.registry import FunctionTool, ToolRegistry
+
+    _, tok = model_and_tok
+
+    class CallThenAnswer(Alternating):
+        def __init__(self, tokenizer):
+            super().__init__(tokenizer, ["<code>print(1)</code>"])
+            self.calls = 0
+
+        def generate(self, prompts, *args, **kwargs):
+            answer = "<think>t</think><answer>\\boxed{2}</answer>"
+            self.outputs = ["<code>print(1)</code>" if self.calls == 0 else answer]
+            self.calls += 1
+            return super().generate(prompts, *args, **kwargs)
+
+    tools = ToolRegistry([FunctionTool("code", "prints a long page", lambda arg: "word " * 180)])
+    cfg = get_preset("cpu-smoke", gen={"max_turns": 3, "max_response_tokens": 400, "observation_chars": 2000}).gen
+    [r] = run_coa(CallThenAnswer(tok), TASKS[:1], tools, cfg)
+    assert r.finish == "answer" and not r.truncated
+    assert r.policy_tokens < 40 and len(r.response_ids) - r.policy_tokens > 150  # mostly observation
+    accuracy, shaped = score_rollouts([r], max_len=400, buffer=300)  # the ramp starts at 100 tokens
+    assert accuracy == [1.0] and shaped == [1.0]
+
+
 def test_policy_update_moves_only_lora_weights(model_and_tok):
     model, tok = model_and_tok
     preset = get_preset("cpu-smoke")
@@ -195,6 +222,25 @@ def test_train_rl_logs_steps_and_saves_adapter(tmp_path):
     assert len(load_records(tmp_path / "rollouts.jsonl")) == 2 * 2  # 2 steps x group of 2
 
 
+def test_train_rl_logs_the_task_reward_and_the_shaped_reward_apart(tmp_path):
+    """A right but long answer (shaped below 1 by the overlong punishment) and a short wrong one:
+    the row's task reward is the binary mean, its shaped reward the mean the advantages used."""
+    long_right = "<think>" + "a " * 120 + "</think><answer>\\boxed{2}</answer>"
+    preset = get_preset("cpu-smoke", gen={"max_response_tokens": 400},
+                        rl={"steps": 1, "prompts_per_step": 1, "group_size": 2, "max_sampling_rounds": 0,
+                            "overlong_buffer": 300})
+    factory = lambda model, tok: Alternating(tok, [long_right, "<think>t</think><answer>\\boxed{5}</answer>"])  # noqa: E731
+    [row] = train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path, generator_factory=factory).metrics
+    records = load_records(tmp_path / "rollouts.jsonl")
+    assert sorted(r.reward for r in records) == [0.0, 1.0]
+    assert row["reward_task_mean"] == 0.5
+    shaped = [r.metadata["shaped_reward"] for r in records]
+    assert row["reward_shaped_mean"] == pytest.approx(sum(shaped) / 2) and row["reward_shaped_mean"] < 0.5
+    assert "reward_mean" not in row  # the name that did not say which of the two it was
+    # the policy's own tokens beside every token of the response (both, here: no tool was called)
+    assert row["response_len_policy"] == row["response_len_sampled"] > 60
+
+
 def test_train_rl_reports_pool_accuracy_apart_from_anchors(tmp_path):
     preset = get_preset("cpu-smoke", rl={"steps": 1, "prompts_per_step": 1, "group_size": 2,
                                          "max_sampling_rounds": 0, "anchors_per_step": 1})
@@ -270,3 +316,22 @@ def test_the_format_gate_zeroes_exactly_the_grammar_violations(model_and_tok):
     valid = [r.metadata["valid"] for r in evaluated.records]
     assert scores == [1.0, 1.0, 1.0, 0.0] and valid == [True, False, False, True]
     assert gated == [s if v else 0.0 for s, v in zip(scores, valid)] == [1.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("section, field_, value, fix", [
+    ("gen", "top_p", 0.9, "gen.top_p=1.0"),  # sampled from a nucleus the trainer never scores
+    ("model", "lora_dropout", 0.05, "model.lora_dropout=0.0"),  # the trained forward is not the sampler's
+])
+def test_train_rl_refuses_settings_that_break_the_logprob_identity(tmp_path, monkeypatch, section, field_, value, fix):
+    import coa_lab.generation.models as models
+
+    def no_load(*a, **kw):
+        raise AssertionError("the model was loaded before the settings were checked")
+
+    monkeypatch.setattr(models, "load_model", no_load)
+    preset = get_preset("cpu-smoke", **{section: {field_: value}})
+    with pytest.raises(ValueError) as err:
+        train_rl(preset, [TASKS[0]], build_tools(["code"]), tmp_path / "rl")
+    message = str(err.value)
+    assert f"{section}.{field_}={value}" in message and fix in message and "\n" not in message
+    assert not (tmp_path / "rl").exists()  # refused before anything was written

@@ -147,7 +147,7 @@ class _CoaTurns:
             r = self.rollouts[i]
             r.tool_calls += 1
             r.tool_errors += 0 if obs.ok else 1
-            text = protocol.wrap_observation(obs.text[: cfg.observation_chars])
+            text = protocol.wrap_observation(observation_text(obs.text, cfg.observation_chars, tools.names()))
             ids = tok(text, add_special_tokens=False)["input_ids"]
             room = cfg.max_response_tokens - len(r.response_ids)
             r.response_ids += ids[:room]
@@ -164,6 +164,16 @@ class _CoaTurns:
         if self.bar is not None:
             self.bar.update(sum(1 for i, _ in events if self.rollouts[i].done))
         return [replies[i] for i, _ in events]
+
+
+def observation_text(text: str, observation_chars: int, tool_names=()) -> str:
+    """A tool's output as it enters the context, before wrap_observation: cut to
+    observation_chars, then its CoA tags escaped exactly as distill/convert.py escapes the
+    teacher's (the SFT data), so the policy meets in rollouts the observations it was trained
+    on, and a `</answer>` or `</observation>` in tool output cannot end a block. A registry's
+    own tool names are escaped too; for the built-in tools this is distill's call exactly."""
+    names = tuple(dict.fromkeys((*protocol.DEFAULT_TOOLS, *tool_names)))
+    return protocol.escape_tags(text[:observation_chars], names)
 
 
 def _run_tools(tools, pending, seen_calls, timeout_s: float = 60.0):

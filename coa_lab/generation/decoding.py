@@ -93,11 +93,21 @@ def _lora_merged(model):
     if not peft or device.type != "cpu" or quantized or disabled or not hasattr(model, "merge_adapter"):
         yield
         return
+    import torch
+
+    # Unmerging subtracts the LoRA product back out, which leaves the base weights off by float
+    # rounding (~1e-7): over an RL run's sampling rounds the "frozen" base would drift. The base
+    # weights the merge touches are copied first and put back bit for bit.
+    saved = [(m.base_layer.weight, m.base_layer.weight.detach().clone()) for m in model.modules()
+             if hasattr(m, "lora_A") and hasattr(m, "base_layer") and hasattr(m.base_layer, "weight")]
     model.merge_adapter()
     try:
         yield
     finally:
-        model.unmerge_adapter()
+        model.unmerge_adapter()  # peft's bookkeeping (which adapters are merged) ...
+        with torch.no_grad():  # ... and the exact base weights
+            for weight, copy in saved:
+                weight.copy_(copy)
 
 
 @contextlib.contextmanager

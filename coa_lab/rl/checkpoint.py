@@ -32,29 +32,37 @@ class CountedStream:
 
 class TaskCycle:
     """Every pool task once per pass, each pass reshuffled with the global `random` (seeded by
-    train_rl). Its order and position go into a checkpoint, so a resumed run draws on exactly."""
+    train_rl), or with `rng` when given: a stream with its own RNG draws the same items whatever
+    else consumes randomness in between (the SFT mix: the SFT-only control, which samples no
+    rollouts, sees exactly the rows the recipe does). Its order, position (and own RNG) go into
+    a checkpoint, so a resumed run draws on exactly."""
 
-    def __init__(self, items: list):
-        self.items, self.pos = list(items), len(items)  # the first draw shuffles
+    def __init__(self, items: list, rng: random.Random | None = None):
+        self.items, self.pos, self.rng = list(items), len(items), rng  # the first draw shuffles
 
     def __iter__(self):
         return self
 
     def __next__(self):
         if self.pos >= len(self.items):
-            random.shuffle(self.items)
+            (self.rng or random).shuffle(self.items)
             self.pos = 0
         self.pos += 1
         return self.items[self.pos - 1]
 
     def state(self) -> dict:
-        return {"order": [t.id for t in self.items], "pos": self.pos}
+        out = {"order": [t.id for t in self.items], "pos": self.pos}
+        if self.rng is not None:
+            out["rng"] = self.rng.getstate()
+        return out
 
     def restore(self, state: dict) -> None:
         by_id = {t.id: t for t in self.items}
         if set(by_id) != set(state["order"]):
             raise ValueError("the checkpoint was trained on another pool: resume with the same tasks")
         self.items, self.pos = [by_id[i] for i in state["order"]], state["pos"]
+        if self.rng is not None and state.get("rng") is not None:
+            self.rng.setstate(state["rng"])
 
 
 CHECKPOINT = "checkpoint"

@@ -111,6 +111,22 @@ def dapo_token_loss(
     return loss, stats
 
 
+def tis_weights(train_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor,
+                cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance sampling: min(pi_train(a) / pi_sampler(a), cap) per token, as
+    exp(min(log pi_train - log pi_sampler, log cap)), no gradient. Where mask is 0 (a token the
+    policy did not sample: prompt, observation, padding, or a rollout without sampler log-probs)
+    the weight is 1. Returns (weights, capped): capped marks the masked tokens whose ratio
+    exceeded the cap. Inputs [B, T]."""
+    import math
+
+    on = mask.bool()
+    log_w = torch.where(on, train_logprobs.detach().float() - sampler_logprobs.float(),
+                        torch.zeros_like(sampler_logprobs, dtype=torch.float32))
+    log_cap = math.log(cap)
+    return torch.exp(log_w.clamp(max=log_cap)), on & (log_w > log_cap)
+
+
 def kl_to_reference(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """GRPO's per-token KL estimate (Schulman's k3) of the policy from the reference, on tokens
     the policy sampled: exp(r) - r - 1 with r = log pi_ref - log pi. Never negative, 0 where the

@@ -28,11 +28,19 @@ def rollout_reward(rollout: Rollout, format_gate: bool = True) -> float:
 def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int,
                    format_gate: bool = True) -> tuple[list[float], list[float]]:
     """(task rewards, shaped rewards): the binary verifiable reward (`rollout_reward`), and
-    that reward plus DAPO's soft overlong punishment (what the advantages are computed from)."""
+    that reward plus DAPO's soft overlong punishment (what the advantages are computed from).
+
+    The punishment counts the policy's own tokens only (`Rollout.policy_tokens`): a long tool
+    output is the environment's doing, and counting it cut correct answers' rewards. max_len is
+    gen.max_response_tokens, the one response budget there is, and it bounds the policy's tokens
+    too. Generation's cut-off counts observation tokens as well (coa_runner: `truncated` is set
+    when policy + observation tokens reach it), so a rollout can be cut by a long observation
+    before its policy tokens reach the ramp: it is then flagged truncated (overlong filtering
+    masks it) but not punished for the observation."""
     import torch
 
     base = [rollout_reward(r, format_gate) for r in rollouts]
-    lengths = torch.tensor([len(r.response_ids) for r in rollouts])
+    lengths = torch.tensor([r.policy_tokens for r in rollouts])
     shaping = dapo.overlong_penalty(lengths, max_len, buffer).tolist() if buffer > 0 else [0.0] * len(rollouts)
     return base, [b + s for b, s in zip(base, shaping)]
 
@@ -49,7 +57,9 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
     import torch
 
     rl, gen = preset.rl, preset.gen
-    groups, rewards, stats = [], [], {"sampled_groups": 0, "sampled_rollouts": 0, "raw_reward_sum": 0.0,
+    groups, rewards, stats = [], [], {"sampled_groups": 0, "sampled_rollouts": 0,
+                                      # the binary task reward and the shaped one (+ overlong punishment)
+                                      "task_reward_sum": 0.0, "shaped_reward_sum": 0.0,
                                       "solved": 0, "tool_calls": 0, "rounds": 0, "samples": [],
                                       "anchor_groups": 0, "anchor_groups_kept": 0, "anchor_solved": 0}
     for round_ in range(rl.max_sampling_rounds + 1):
@@ -67,7 +77,8 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
         stats["rounds"] = round_ + 1
         stats["sampled_groups"] += need
         stats["sampled_rollouts"] += len(rollouts)
-        stats["raw_reward_sum"] += sum(scores)
+        stats["task_reward_sum"] += sum(accuracy)
+        stats["shaped_reward_sum"] += sum(scores)
         stats["solved"] += sum(a == 1.0 for a in accuracy)
         stats["tool_calls"] += sum(r.tool_calls for r in rollouts)
         stats["samples"] += list(zip(rollouts, accuracy, scores))

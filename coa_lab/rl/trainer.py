@@ -41,7 +41,7 @@ from coa_lab.rl import dapo
 from coa_lab.rl.checkpoint import CountedStream, TaskCycle, latest_rl_checkpoint, save_checkpoint
 from coa_lab.rl.pool import anchor_stream
 from coa_lab.rl.rollouts import collect_batch
-from coa_lab.rl.update import policy_update
+from coa_lab.rl.update import policy_update, sft_only_update
 from coa_lab.trajectories import TrajectoryRecord, save_records
 
 
@@ -56,7 +56,8 @@ def _record(r: Rollout, accuracy: float, shaped: float, step: int, n: int) -> Tr
         id=f"rl-{step}-{n}", task_id=r.task.id, source="rl", profile=r.task.profile,
         question=r.task.question, answers=list(r.task.answers), text=r.text, reward=accuracy,
         n_tokens=len(r.response_ids), n_tool_calls=r.tool_calls,
-        metadata={"step": step, "shaped_reward": shaped, "finish": r.finish, "truncated": r.truncated},
+        metadata={"step": step, "shaped_reward": shaped, "finish": r.finish, "truncated": r.truncated,
+                  "policy_tokens": r.policy_tokens},  # n_tokens counts observation tokens too
     )
 
 
@@ -67,6 +68,17 @@ def rl_seed(preset: Preset) -> int:
 
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
+
+
+def check_logprob_identity(preset: Preset) -> None:
+    """Refuse settings under which the trainer's log-prob of a sampled token is not the
+    sampler's: the ratio, the clipping and the TIS weights all assume they are one function."""
+    if preset.gen.top_p < 1:  # the sampler draws from a renormalised nucleus the trainer never scores
+        raise ValueError(f"RL samples from the full distribution the trainer scores, but gen.top_p={preset.gen.top_p} "
+                         "truncates it; set gen.top_p=1.0")
+    if preset.model.lora_dropout > 0:  # the trained forward drops units the sampler's forward kept
+        raise ValueError(f"RL needs the trainer's forward to be the sampler's, but model.lora_dropout="
+                         f"{preset.model.lora_dropout} randomises it; set model.lora_dropout=0.0")
 
 
 def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adapter: str | Path | None = None,
@@ -93,6 +105,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     from coa_lab.generation.models import compute_context, load_model
     from coa_lab.trajectories import load_records
 
+    check_logprob_identity(preset)  # before anything is loaded: a refused run costs nothing
     distributed.init()  # under `accelerate launch`: join the ranks (a no-op in one process)
     distributed.require_replicated_policy("RL")
     main = distributed.is_main()
@@ -138,6 +151,10 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     sft_iter = None
     if rl.sft_coef < 0:
         raise ValueError(f"rl.sft_coef must be >= 0 (0 turns the SFT mix off), got {rl.sft_coef}")
+    if rl.pg_coef < 0:
+        raise ValueError(f"rl.pg_coef must be >= 0 (0: the SFT-only control), got {rl.pg_coef}")
+    if rl.pg_coef == 0 and rl.sft_coef == 0:
+        raise ValueError("rl.pg_coef=0 (the SFT-only control) with rl.sft_coef=0 trains nothing; set rl.sft_coef > 0")
     if rl.sft_coef > 0:
         if not sft_records:
             raise ValueError("rl.sft_coef > 0 mixes the SFT loss into RL, but no SFT trajectories were given "
@@ -146,7 +163,12 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
 
         encoded = {rec.id: encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length,
                                           mask_observations=preset.sft.mask_observations) for rec in sft_records}
-        sft_iter = TaskCycle(list(sft_records))
+        # its own RNG: the control arm, which samples nothing, draws the rows the recipe draws
+        sft_iter = TaskCycle(list(sft_records), rng=random.Random(seed))
+
+    def draw_sft_batches() -> list[list[dict]]:
+        """PPO-ptx's rows for one RL step: rl.sft_rows SFT trajectories per optimizer step."""
+        return [[encoded[next(sft_iter).id] for _ in range(rl.sft_rows)] for _ in range(rl.mini_batches)]
 
     pool_iter = TaskCycle(pool)
     anchor_iter = CountedStream(anchor_stream(list(anchors), seed)) if anchors and rl.anchors_per_step > 0 else None
@@ -184,64 +206,77 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             log.write(json.dumps(row) + "\n")
         for step in range(first_step, rl.steps):
             t0 = time.time()
-            groups, rewards, s = collect_batch(generator, pool_iter, tools, preset, anchor_iter)
-            sample_seconds = round(time.time() - t0, 1)
-            samples = s.pop("samples")
-            sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(samples)]
-            row = {
-                "step": step,
-                "reward_mean": s["raw_reward_sum"] / max(1, s["sampled_rollouts"]),
-                # the pool's questions only (anchors are reported on their own below)
-                "accuracy": (s["solved"] - s["anchor_solved"])
-                / max(1, s["sampled_rollouts"] - s["anchor_groups"] * rl.group_size),
-                "kept_groups": len(groups),
-                "sampled_groups": s["sampled_groups"],
-                "sampling_rounds": s["rounds"],
-                "tool_calls_per_rollout": s["tool_calls"] / max(1, s["sampled_rollouts"]),
-                "anchor_groups": s["anchor_groups"],
-                "anchor_groups_kept": s["anchor_groups_kept"],
-                # the anchors' sampled accuracy: a drop is drift away from what SFT did well
-                "anchor_accuracy": s["anchor_solved"] / max(1, s["anchor_groups"] * rl.group_size),
-                # every sampled rollout's length (policy + observation tokens): the curve DAPO's
-                # overlong shaping acts on
-                "response_len_sampled": sum(len(r.response_ids) for r, _, _ in samples) / max(1, len(samples)),
-                # mean entropy (nats) of the distributions the sampled policy tokens were drawn from:
-                # a collapse towards one answer shows as a falling entropy, a loop as a very low one
-                "entropy": _mean([e for r, _, _ in samples for e in r.entropies]),
-                # rollouts cut by the per-turn cap (gen.max_new_tokens): loops, kept in the loss
-                "turn_cut_rollouts": sum(r.finish == "turn_length" for r, _, _ in samples),
-                "overlong_rollouts": sum(r.truncated for r, _, _ in samples),
-                # rollouts whose advantage is not zero: the only ones that move the weights. The
-                # rest of the sampled ones were dropped or sat in an all-equal group (wasted work).
-                "signal_rollouts": int((dapo.group_advantages(torch.tensor(rewards)) != 0).sum()) if groups else 0,
-            }
-            if groups:
-                # PPO-ptx: one draw of rl.sft_rows SFT trajectories per optimizer step
-                sft_batches = [[encoded[next(sft_iter).id] for _ in range(rl.sft_rows)]
-                               for _ in range(rl.mini_batches)] if sft_iter is not None else None
-                row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute,
-                                         reference=reference, sft_batches=sft_batches))
-                if hasattr(generator, "refresh"):  # the int8 copy: rebuilt from the new weights
-                    generator.refresh()
-                if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
-                    step_dir = out_dir / "sampler" / f"step{step}"
-                    if main:
-                        model.save_pretrained(step_dir)
-                    distributed.barrier()  # written before any rank's sampler reads it
-                    generator.set_adapter(step_dir)
-                    distributed.barrier()  # loaded everywhere: the older step folders can go
-                    if main:  # keep this one and the one before (a 32B rank-64 adapter is ~1 GB)
-                        for old in (out_dir / "sampler").glob("step*"):
-                            if old.name not in (step_dir.name, f"step{step - 1}"):
-                                shutil.rmtree(old, ignore_errors=True)
-                row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
+            if rl.pg_coef == 0:  # the SFT-only control: no rollouts, the recipe's SFT steps on its rows
+                row = {"step": step, "arm": "control",
+                       **sft_only_update(model, optimizer, draw_sft_batches(), preset, tokenizer.pad_token_id,
+                                         compute)}
+                groups, sample_seconds = [[]], 0.0  # one update made: the adapter is saved below
+                postfix = {"sft_loss": f"{row['sft_loss']:.3f}"}
             else:
-                row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
+                groups, rewards, s = collect_batch(generator, pool_iter, tools, preset, anchor_iter)
+                sample_seconds = round(time.time() - t0, 1)
+                samples = s.pop("samples")
+                sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(samples)]
+                row = {
+                    "step": step,
+                    # the binary task reward (anchors included) and the shaped one the advantages are computed
+                    # from (+ DAPO's overlong punishment); metrics written before both were logged have one
+                    # "reward_mean", the shaped one
+                    "reward_task_mean": s["task_reward_sum"] / max(1, s["sampled_rollouts"]),
+                    "reward_shaped_mean": s["shaped_reward_sum"] / max(1, s["sampled_rollouts"]),
+                    # the pool's questions only (anchors are reported on their own below)
+                    "accuracy": (s["solved"] - s["anchor_solved"])
+                    / max(1, s["sampled_rollouts"] - s["anchor_groups"] * rl.group_size),
+                    "kept_groups": len(groups),
+                    "sampled_groups": s["sampled_groups"],
+                    "sampling_rounds": s["rounds"],
+                    "tool_calls_per_rollout": s["tool_calls"] / max(1, s["sampled_rollouts"]),
+                    "anchor_groups": s["anchor_groups"],
+                    "anchor_groups_kept": s["anchor_groups_kept"],
+                    # the anchors' sampled accuracy: a drop is drift away from what SFT did well
+                    "anchor_accuracy": s["anchor_solved"] / max(1, s["anchor_groups"] * rl.group_size),
+                    # every sampled rollout's length (policy + observation tokens): what the response
+                    # budget (gen.max_response_tokens) cuts
+                    "response_len_sampled": sum(len(r.response_ids) for r, _, _ in samples) / max(1, len(samples)),
+                    # the policy's own tokens of the same rollouts: what the overlong punishment counts
+                    "response_len_policy": sum(r.policy_tokens for r, _, _ in samples) / max(1, len(samples)),
+                    # mean entropy (nats) of the distributions the sampled policy tokens were drawn from:
+                    # a collapse towards one answer shows as a falling entropy, a loop as a very low one
+                    "entropy": _mean([e for r, _, _ in samples for e in r.entropies]),
+                    # rollouts cut by the per-turn cap (gen.max_new_tokens): loops, kept in the loss
+                    "turn_cut_rollouts": sum(r.finish == "turn_length" for r, _, _ in samples),
+                    "overlong_rollouts": sum(r.truncated for r, _, _ in samples),
+                    # rollouts whose advantage is not zero: the only ones that move the weights. The
+                    # rest of the sampled ones were dropped or sat in an all-equal group (wasted work).
+                    "signal_rollouts": int((dapo.group_advantages(torch.tensor(rewards)) != 0).sum()) if groups else 0,
+                }
+                if groups:
+                    # PPO-ptx: one draw of rl.sft_rows SFT trajectories per optimizer step
+                    sft_batches = draw_sft_batches() if sft_iter is not None else None
+                    row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute,
+                                             reference=reference, sft_batches=sft_batches))
+                    if hasattr(generator, "refresh"):  # the int8 copy: rebuilt from the new weights
+                        generator.refresh()
+                    if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
+                        step_dir = out_dir / "sampler" / f"step{step}"
+                        if main:
+                            model.save_pretrained(step_dir)
+                        distributed.barrier()  # written before any rank's sampler reads it
+                        generator.set_adapter(step_dir)
+                        distributed.barrier()  # loaded everywhere: the older step folders can go
+                        if main:  # keep this one and the one before (a 32B rank-64 adapter is ~1 GB)
+                            for old in (out_dir / "sampler").glob("step*"):
+                                if old.name not in (step_dir.name, f"step{step - 1}"):
+                                    shutil.rmtree(old, ignore_errors=True)
+                    row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
+                else:
+                    row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
+                postfix = {"acc": f"{row['accuracy']:.2f}", "kept": f"{len(groups)}/{s['sampled_groups']}"}
             row["seconds"] = round(time.time() - t0, 1)
             row["sample_seconds"] = sample_seconds  # the rest of `seconds` is the update (and saving)
             metrics.append(row)
             bar.update(1)
-            bar.set_postfix(acc=f"{row['accuracy']:.2f}", kept=f"{len(groups)}/{s['sampled_groups']}")
+            bar.set_postfix(**postfix)
             log.write(json.dumps(row) + "\n")
             log.flush()
             if on_step is not None:

@@ -5,7 +5,6 @@ are summed (coa_lab/distributed.py)."""
 
 from __future__ import annotations
 
-import math
 import random
 
 from coa_lab import distributed
@@ -107,15 +106,19 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                                   min(len(flat[i].prompt_ids) for i in sub), temperature=rl.temperature)
         return torch.nn.functional.pad(out, (0, width - longest))
 
-    # Truncated importance sampling (rl.rollout_int8): each policy token's loss weighed by
-    # min(pi_train / pi_rollout, tis_cap), pi_train being the pre-update policy (`old` below)
-    # and pi_rollout the probability the int8 sampler drew the token with
-    tis = rl.rollout_int8 and rl.tis_cap is not None
+    # Truncated importance sampling: each policy token's loss weighed by min(pi_train / pi_rollout,
+    # tis_cap) (dapo.tis_weights), pi_train being the pre-update policy (`old` below) and
+    # pi_rollout the probability the sampler drew the token with. Whoever sampled, not only the
+    # int8 copy: under bf16 autocast the exact sampler runs LoRA merged into its weights and the
+    # trainer unmerged, a small gap nothing else corrects (in fp32 the weights are 1 to float
+    # precision). A rollout without sampler log-probs (vLLM here) keeps weight 1 on every token.
+    has_lp = [len(r.response_logprobs) == len(r.response_ids) for r in flat]
+    tis = rl.tis_cap is not None and any(has_lp)
     if tis:
-        has_lp = torch.tensor([len(r.response_logprobs) == len(r.response_ids) for r in flat], device=device)
         sampler_lp = _pad([[0.0] * len(r.prompt_ids) + (r.response_logprobs if ok else [0.0] * len(r.response_ids))
-                           for r, ok in zip(flat, has_lp.tolist())], 0.0).to(device)
-        log_cap = math.log(rl.tis_cap)
+                           for r, ok in zip(flat, has_lp)], 0.0).to(device)
+        tis_mask = _pad([[0] * len(r.prompt_ids) + (r.response_mask if ok else [0] * len(r.response_ids))
+                         for r, ok in zip(flat, has_lp)], 0).to(device)
     mini_batches = _micro_batches(groups, rl.mini_batches)  # the same on every rank: one shared `random`
     # Data parallel (coa_lab/distributed.py): every rank holds the whole batch; rank r computes
     # micro-batches r, r + world, ... of each mini-batch, and the gradients are summed before the
@@ -153,18 +156,17 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
             old_sub = old[t]
             weights = None
             if tis:
-                log_w = torch.where(has_lp[t][:, None], old_sub - sampler_lp[t], torch.zeros_like(old_sub))
-                weights = torch.exp(log_w.clamp(max=log_cap))
+                weights, capped = dapo.tis_weights(old_sub, sampler_lp[t], tis_mask[t], rl.tis_cap)
                 on = loss_mask[t].float()
                 n_on = on.sum().clamp(min=1)
-                stats.setdefault("tis_capped_frac", []).append(float(((log_w > log_cap).float() * on).sum() / n_on))
+                stats.setdefault("tis_capped_frac", []).append(float((capped.float() * on).sum() / n_on))
                 stats.setdefault("tis_weight_mean", []).append(float((weights * on).sum() / n_on))
             loss, st = dapo.dapo_token_loss(logp, old_sub, adv[t], loss_mask[t],
                                             rl.clip_low, rl.clip_high, n_tokens=n_tokens,
                                             aggregation=rl.loss_agg, n_sequences=n_sequences,
                                             token_weights=weights,
                                             ref_logprobs=ref[t] if ref is not None else None, kl_coef=rl.kl_coef)
-            loss.backward()
+            (rl.pg_coef * loss).backward()  # rl.pg_coef: the policy-gradient term's weight (1: RL)
             stats["loss"].append(float(loss.detach()))
             if "kl_ref" in st:
                 stats.setdefault("kl_ref", []).append(st["kl_ref"])
@@ -202,6 +204,36 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     out["loss"] = totals[keys.index("loss")] / max(1, len(mini_batches))
     if "sft_loss" in stats:  # the ranks' shares add up to each mini-batch's loss: the mean over them
         out["sft_loss"] = totals[keys.index("sft_loss")] / len(stats["sft_loss"])
+    out["optimizer_steps"] = len(mini_batches)  # the SFT-only control arm takes as many (rl.mini_batches)
     out["train_tokens"] = int(loss_mask.sum())
     out["masked_observation_tokens"] = sum(len(r.response_mask) - sum(r.response_mask) for r in flat)
     return out
+
+
+def sft_only_update(model, optimizer, sft_batches: list[list[dict]], preset: Preset, pad_id: int,
+                    compute=None, packed: bool | None = None) -> dict:
+    """The SFT-only control of an RL step (rl.pg_coef = 0): the optimizer steps `policy_update`
+    would take, one per mini-batch of SFT rows, each on rl.sft_coef x the masked SFT loss alone,
+    clipped and stepped exactly as there. Nothing is sampled: what this arm gains over the SFT
+    adapter is what more SFT gives, the bar RL's own gain is measured against."""
+    import contextlib
+
+    import torch
+
+    from coa_lab import packing
+
+    compute = compute or contextlib.nullcontext
+    device = next(model.parameters()).device
+    packed = packing.supported(model) if packed is None else packed
+    world, me = distributed.world_size(), distributed.rank()
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    losses = []
+    for rows in sft_batches:
+        optimizer.zero_grad()
+        losses.append(_sft_mix(model, rows, preset.rl.sft_coef, pad_id, packed, device, compute, world, me))
+        distributed.all_reduce_gradients(params)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+    total = distributed.all_reduce_sum([sum(losses)])[0]
+    return {"sft_loss": total / max(1, len(losses)), "optimizer_steps": len(losses)}

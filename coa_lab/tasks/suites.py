@@ -6,7 +6,13 @@ A suite is one agent profile's benchmarks.  ``load_suite(name, split)`` reads th
 
 - ``train``: the pools capture, SFT and RL draw from.
 - ``val``: where every tuning decision is made; only the learnable families have one.
-- ``test``: what is reported, never tuned on.
+- ``test``: what is reported, never tuned on. For the learnable families it is the SELECTION
+  split (alias ``selection``): the 144 + 48 test tasks the RL seed benchmarks read before any
+  confirmation split existed, so settings were chosen after reading them.
+- ``confirm``: the learnable families' CONFIRMATION split, the rest of their test files, read
+  only for a final recipe (``datasets/heldout_splits.json``, drawn once by
+  ``datasets/build_heldout_splits.py``; disjoint from every other split by id, question,
+  arith expression, look-up subject and source row).
 - ``eval``: an alias of ``test`` (the same files), kept for older callers.
 
 Why these defaults (also in datasets/README.md):
@@ -40,7 +46,7 @@ from coa_lab.paths import DATASETS_DIR
 from coa_lab.tasks.loaders import load_tasks
 from coa_lab.tasks.records import DatasetError, Task
 
-SPLITS = ("train", "val", "test", "eval")  # "eval" = "test", for older callers
+SPLITS = ("train", "val", "test", "selection", "confirm", "eval")  # "eval" = "selection" = "test"
 
 # suite -> split -> benchmark -> file (relative to datasets/); dict order = load order.
 SUITE_FILES: dict[str, dict[str, dict[str, str]]] = {
@@ -71,7 +77,12 @@ SUITE_FILES: dict[str, dict[str, dict[str, str]]] = {
     },
 }
 for _splits in SUITE_FILES.values():
-    _splits["eval"] = _splits["test"]  # the same dict: an alias can never drift from what it names
+    _splits["eval"] = _splits["selection"] = _splits["test"]  # one dict: an alias cannot drift
+    # the learnable families' test files also hold the confirmation split, told apart by id
+    _splits["confirm"] = {b: f for b, f in _splits["test"].items() if b in ("arith", "lookup")}
+
+# Which test-file rows are the selection split and which the confirmation split, by id
+HELDOUT_SPLITS_FILE = "heldout_splits.json"
 
 # Benchmarks read when no benchmark= is given (see the module doc for why).
 DEFAULT_TEST: dict[str, tuple[str, ...]] = {
@@ -84,7 +95,8 @@ DEFAULT_TEST: dict[str, tuple[str, ...]] = {
 DEFAULT_TRAIN: dict[str, tuple[str, ...]] = {"math": ("gsm8k",), "mhqa": ("hotpotqa",), "code": ("mbpp",), "web": ()}
 # Only the learnable families have a validation split.
 DEFAULT_VAL: dict[str, tuple[str, ...]] = {"math": ("arith",), "mhqa": ("lookup",), "code": (), "web": ()}
-DEFAULTS = {"train": DEFAULT_TRAIN, "val": DEFAULT_VAL, "test": DEFAULT_TEST, "eval": DEFAULT_TEST}
+DEFAULTS = {"train": DEFAULT_TRAIN, "val": DEFAULT_VAL, "test": DEFAULT_TEST, "eval": DEFAULT_TEST,
+            "selection": DEFAULT_TEST, "confirm": DEFAULT_VAL}
 SUITES = tuple(SUITE_FILES)
 
 
@@ -96,8 +108,9 @@ def suite_files(name: str, split: str, benchmark: str | None = None) -> list[Pat
         raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
     files = SUITE_FILES[name][split]
     if not files:  # checked first, so benchmark= gets this message too
-        if split == "val":
-            raise DatasetError(f"suite {name!r} has no validation split (only math/arith and mhqa/lookup have one)")
+        if split in ("val", "confirm"):
+            what = "validation" if split == "val" else "confirmation"
+            raise DatasetError(f"suite {name!r} has no {what} split (only math/arith and mhqa/lookup have one)")
         raise DatasetError(f"suite {name!r} has no {split} split (no shipped training pool)")
     if benchmark is not None:
         if benchmark not in files:
@@ -129,5 +142,25 @@ def load_suite(name: str, split: str, limit: int | None = None, benchmark: str |
         if not path.exists():
             raise DatasetError(f"{path}: shipped suite file missing (rebuild with the scripts in datasets/, "
                                "see datasets/README.md, or set COA_LAB_DATASETS)")
-        tasks += load_tasks(path, limit=None if limit is None else limit - len(tasks))
+        ids = heldout_ids(path, split)
+        where = None if ids is None else (lambda row, ids=ids: row.get("id") in ids)
+        tasks += load_tasks(path, limit=None if limit is None else limit - len(tasks), where=where)
     return tasks
+
+
+def heldout_ids(path: Path, split: str) -> frozenset[str] | None:
+    """The ids of a learnable family's test file that form `split` (test/selection/eval: the
+    selection split; confirm: the confirmation split), or None for any other file or split."""
+    import json
+
+    if split == "train" or split == "val":
+        return None
+    manifest = path.parent.parent.parent / HELDOUT_SPLITS_FILE  # DATASETS_DIR/<suite>/<family>/test.jsonl
+    family = f"{path.parent.parent.name}/{path.parent.name}"
+    if path.name != "test.jsonl" or family not in ("math/arith", "mhqa/lookup"):
+        return None
+    if not manifest.exists():
+        raise DatasetError(f"{manifest}: missing; it says which {family} test rows are the selection and which "
+                           "the confirmation split (rebuild: PYTHONPATH=. python datasets/build_heldout_splits.py)")
+    families = json.loads(manifest.read_text())["families"]
+    return frozenset(families[family]["confirm" if split == "confirm" else "selection"])
