@@ -84,6 +84,16 @@ def paired_gain(eval_dir: Path, headline, a: str = "sft", b: str = "rl") -> dict
             f"{b}_only": sum(1 for d in diffs if d > 0), f"{a}_only": sum(1 for d in diffs if d < 0)}
 
 
+# What the demo's RL − SFT figure is, and what it is not: one seed, against the SFT adapter, with
+# the SFT loss mixed into every RL update (rl.sft_coef), so part of any gain is more SFT
+RL_FIGURE_CAVEAT = (
+    "What the RL figure can and cannot show: it is one seed's RL adapter against the SFT adapter it "
+    "started from. The recipe mixes the SFT loss into every RL update (rl.sft_coef), so a gain here is "
+    "the policy gradient and more SFT together, and one seed's paired standard error is as large as RL's "
+    "effect. What the policy gradient adds on its own is measured against an SFT-only control, from one "
+    "adapter across seeds, with intervals: benchmarks/bench_rl_seeds.py --arms (docs/results/rl_arms.json).")
+
+
 def summarize(run: str | Path, headline=None) -> dict:
     """The demo's headline figures (issue: "a learner sees something learned"), read from the
     files the stages wrote; measured on the held-out tasks of the learnable families."""
@@ -222,7 +232,8 @@ def write_report(run: str | Path) -> Path:
               + (f"{rv['first']:.2f} → {rv['last']:.2f} ({rv['questions']} questions)" if rv else "–") + " |",
               f"| multi-agent teacher accuracy on the same held-out tasks | {_fmt(summary['teacher_accuracy'], 2)} |",
               f"| tokens per success: single model / teacher | {_fmt(summary['single_tokens_per_success'], 0)} / "
-              f"{_fmt(summary['teacher_tokens_per_success'], 0)} = {_fmt(summary['tokens_per_success_ratio'], 2)} |", ""]
+              f"{_fmt(summary['teacher_tokens_per_success'], 0)} = {_fmt(summary['tokens_per_success_ratio'], 2)} |", "",
+              RL_FIGURE_CAVEAT, ""]
     rows = []
     if cap:
         rows.append(("capture", f"{cap['runs']} teacher runs, {cap['activations']} agent activations, "

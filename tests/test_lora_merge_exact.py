@@ -9,7 +9,7 @@ def test_merge_and_unmerge_leave_every_base_weight_bit_identical():
     import torch
 
     from coa_lab.config import get_preset
-    from coa_lab.generation.decoding import _lora_merged
+    from coa_lab.generation.lora_merge import lora_merged as _lora_merged
     from coa_lab.generation.models import load_model
 
     model, _ = load_model(get_preset("cpu-smoke").model, trainable=True)

@@ -4,9 +4,9 @@ EVERY other tensor of the model bit-identical: each base projection, the embeddi
 tied to it, every norm, and the buffers (rotary inv_freq). tests/test_rl_trainer.py compares only
 the embedding.
 
-Scope: the update. Sampling is not in it: decoding on CPU merges the adapter into the base
-weights and unmerges it (generation/decoding._lora_merged), W + d - d, exact only to rounding
-(tests/test_decoding.py checks it with a tolerance)."""
+Scope: the update. Sampling merges the adapter into the base weights and takes it out again
+(generation/lora_merge.lora_merged); that the base comes back bit for bit is
+tests/test_lora_merge_exact.py's."""
 
 import pytest
 import torch
