@@ -64,7 +64,10 @@ def test_decode_benchmark_gives_generates_greedy_tokens(tmp_path):
     # the matmul floor is priced like the step: the same weights, the same peak
     for r in out["batches"]:
         assert r["gemm_ms"] > 0 and r["step_over_gemm"] == pytest.approx(r["step_ms"] / r["gemm_ms"], rel=0.05)
-        assert r["gemm_peak_fraction"] == pytest.approx(r["peak_fraction"] * r["step_over_gemm"], rel=0.05)
+        # both fractions are rounded to 3 decimals (±5e-4 each, the step's scaled by step_over_gemm):
+        # on a busy machine they are ~0.01, where that rounding alone is several percent
+        bound = 5e-4 * (1 + r["step_over_gemm"])
+        assert r["gemm_peak_fraction"] == pytest.approx(r["peak_fraction"] * r["step_over_gemm"], rel=0.05, abs=bound)
     if out["machine"]["start"]["bf16_autocast"]:  # the arm without the held bf16 weights: the same tokens
         assert all(r["same_tokens_as_recast"] and r["recast_tokens_per_s"] > 0 for r in out["batches"])
         assert all(r["fp32_tokens_per_s"] > 0 for r in out["batches"])

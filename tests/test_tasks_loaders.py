@@ -147,8 +147,15 @@ def test_load_suite_val_and_test_splits():
         assert suite_files(name, "test") == suite_files(name, "eval")
     assert suite_path("math", "eval", benchmark="arith").name == "test.jsonl"
     assert suite_path("mhqa", "eval", benchmark="lookup").name == "test.jsonl"
-    assert len(load_suite("math", "test", benchmark="arith")) == 480
-    assert len(load_suite("mhqa", "test", benchmark="lookup")) == 173
+    # the families' test files hold the selection split ("test") and the confirmation split, by id
+    assert len(load_suite("math", "test", benchmark="arith")) == 144
+    assert len(load_suite("mhqa", "test", benchmark="lookup")) == 48
+    assert len(load_suite("math", "confirm", benchmark="arith")) == 336
+    assert len(load_suite("mhqa", "confirm", benchmark="lookup")) == 72
+    assert [t.id for t in load_suite("math", "confirm")] == [t.id for t in load_suite("math", "confirm", benchmark="arith")]
+    for name in ("code", "web"):
+        with pytest.raises(DatasetError, match="no confirmation split"):
+            load_suite(name, "confirm")
     # val: only the learnable families, and they are the default
     assert [t.id for t in load_suite("math", "val")] == [t.id for t in load_suite("math", "val", benchmark="arith")]
     assert len(load_suite("math", "val")) == 240 and load_suite("math", "val")[0].id == "arith-val-0"
