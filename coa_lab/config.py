@@ -137,14 +137,11 @@ class RLConfig:
     steps: int = 8
     prompts_per_step: int = 3
     group_size: int = 8  # the paper's
-    # LoRA on a 135M model, 8 steps; the paper's full-model lr is 1e-6. Chosen on the VALIDATION
-    # split after issue 26's fixes (one SFT adapter, one screened pool, seed 0; 64 val tasks,
-    # SFT 0.781): 2e-4 collapsed (test 0.807 -> 0.385), 1e-4 0.750, 5e-5 0.844 (docs/design.md)
+    # a LoRA's rate (the paper's full-model lr is 1e-6), chosen on validation: 2e-4 collapsed (docs/design.md)
     learning_rate: float = 5e-5
     clip_low: float = 0.2  # DAPO clip-higher: asymmetric range
     clip_high: float = 0.28
-    # optimizer steps per sampled batch; >1 moves the ratio off 1, so clipping matters. Measured
-    # on the demo without anchors: 4 at 2e-4 collapsed at step 2 (0.83, 0.39, 0.07)
+    # optimizer steps per sampled batch; >1 moves the ratio off 1, so clipping matters (4 collapsed)
     mini_batches: int = 2
     dynamic_sampling: bool = True
     # "token": DAPO's token-level loss (every policy token of the batch weighs the same);
@@ -161,8 +158,7 @@ class RLConfig:
     # The RL pool, chosen as the paper does: candidates from the train splits (after the
     # capture tasks) are sampled `pool_samples` times by the SFT model, and those it solves
     # sometimes but not always (pass rate in [pool_min_pass, pool_max_pass]) are kept.
-    # 64 candidates: at 32 the screened pool held ~14 questions for 8 steps of 6, so every
-    # question was drawn 3-4 times and RL reinforced the wording of a handful (issue 26)
+    # 64 candidates: from 32, ~14 questions were kept, each drawn 3-4 times, and RL reinforced their wording
     pool: dict[str, int] = field(default_factory=lambda: {"math/arith": 48, "mhqa/lookup": 16})
     pool_samples: int = 4
     # draw half the samples first, the rest only for candidates they left undecided (two that
@@ -170,21 +166,17 @@ class RLConfig:
     pool_adaptive: bool = True
     pool_min_pass: float = 0.2
     pool_max_pass: float = 0.8
-    # Anchors: candidates the SFT model solved every time, a few sampled at every step beside
-    # the pool. Their groups stay all-right (and are dropped by dynamic sampling) unless the
-    # policy drifts away from what SFT already did well; then they turn mixed and the update
-    # pulls back. Measured on the demo without them: RL trained on a farm-heavy pool spread its
-    # wording to school problems it never saw there (held-out 0.67 -> 0.59; docs/design.md).
+    # Anchors: candidates the SFT model solved every time, sampled beside the pool each step. Their
+    # groups stay all-right (dropped by dynamic sampling) unless the policy drifts from what SFT
+    # did well; then they turn mixed and the update pulls back (docs/design.md).
     anchors_per_step: int = 3  # drawn round-robin over question templates (rl.pool.anchor_stream)
-    # a checkpoint (adapter, optimizer, step, RNG and task-stream state) every this many steps;
-    # `coa-lab rl --resume` / train_rl(resume=True) continues from it
+    # a checkpoint (adapter, optimizer, step, RNG, task stream) every this many steps; `coa-lab rl --resume`
     save_steps: int = 1
     # RL's own seed (pool screening samples, task order, anchors, rollouts); None: the preset's
     # seed. The tasks themselves (pool candidates, eval) are drawn with the preset's seed, so
     # benchmarks/bench_rl_seeds.py varies only RL from one SFT adapter on one pool of candidates.
     seed: int | None = None
-    # Rollouts from an int8 copy of the policy (CPU; coa_lab/rl/int8_rollouts.py). Off by default:
-    # it stays off in the demo until benchmarks/bench_rl_seeds.py holds with it (notebook 07 shows the ablation).
+    # Rollouts from an int8 copy of the policy (CPU; rl/int8_rollouts.py); off (notebook 07's ablation)
     rollout_int8: bool = False
     # Truncated importance sampling whenever the rollouts carry the sampler's log-probs (int8 and
     # exact ones alike; vLLM here reports none): each policy token's loss x min(pi_train / pi_rollout,
@@ -247,20 +239,13 @@ def _cpu_tiny() -> Preset:
     """`make demo-full`: the whole measured recipe, every stage for real on the embedded 135M model:
     56 min on a 2-core machine with bf16 units (docs/results/demo.json); `make demo` runs less of it
     (cpu-quick)."""
-    # RL: 6 questions x 4 samples a step (the paper: 8 samples). Measured with 3 x 8 on the same
-    # SFT adapter: a step's gradient came from 1-3 question templates, and the "Only hens lay
-    # eggs" reasoning reinforced on farm questions spread to the school ones (held-out arith
-    # 0.81 -> 0.69 after RL); more questions per step average the update across templates.
-    # the SFT loss mixed into RL (PPO-ptx): validation, seed 0, 128 tasks: 0.797 -> 0.844 with it,
-    # 0.773 without (docs/design.md, "Why RL fell, part 2")
-    # lr 1e-4 with the mix (it drifted at 1e-4 without it): validation, seeds 0 and 1, 128 tasks,
-    # SFT 0.797 -> 0.867 and 0.859 (5e-5: 0.844, seed 0; docs/results/rl_val_lr1e4.json)
-    # The funnel (issue 29; docs/design.md, "The four filters in the demo"): 12 two-hop teacher
-    # runs give the reflection filter self-corrections to judge; 8 real search trajectories per
-    # source (FireAct, R1-Searcher) meet the other filters; at most 2 tool calls, the student's
-    # turn budget (gen.max_turns = 3: two calls and the answer), so no kept trajectory teaches a
-    # length that RL and evaluation would cut off. Not ToRA: with its 5 kept GSM8K programs in the
-    # SFT set the student fell on arithmetic, validation 39 -> 33 of 48 (docs/design.md).
+    # Each choice below was measured on the validation split; docs/design.md has the figures.
+    # RL: 6 questions x 4 samples a step: with 3 x 8 a step's gradient came from 1-3 question
+    # templates and one template's reasoning spread to others. The SFT loss mixed into RL
+    # (PPO-ptx, sft_coef) at lr 1e-4. The funnel: two-hop teacher runs give the reflection
+    # filter something to judge; 8 real search trajectories per source meet the other filters; at
+    # most 2 tool calls, the student's turn budget (gen.max_turns = 3); not ToRA (its GSM8K
+    # programs cost the student arithmetic).
     return Preset(name="cpu-tiny",
                   capture=CaptureConfig(multi_hop_tasks={"math/arith": 8, "mhqa/lookup": 4}),
                   distill=DistillConfig(imported_per_suite=8, imported_sources=("fireact", "r1searcher"), max_tool_calls=2),
@@ -296,6 +281,29 @@ def _cpu_smoke() -> Preset:
         eval=EvalConfig(tasks={"math/arith": 2, "mhqa/lookup": 2, "math/gsm8k": 1, "mhqa/hotpotqa": 1},
                         val_tasks={"math/arith": 1, "mhqa/lookup": 1}),
     )
+
+
+def _gpu_smoke() -> Preset:
+    """The embedded 135M model on any CUDA GPU, every stage: the cpu-tiny recipe (its filters, SFT
+    and RL settings) with what a GPU is for: four times the capture, a pool screened from 256
+    candidates at 8 samples each, and RL at 16 questions x 8 samples a step (~2,400 rollouts a
+    run against cpu-tiny's ~330), in bf16 (a card without bf16, such as a T4, has no fp16 path
+    yet). Validation is the arms benchmark's 224 tasks.
+    Measured on an H100 (docs/gpu-validation.md): capture, distillation, SFT and pool screening
+    ran; RL and evaluation have not yet."""
+    preset = _cpu_tiny()
+    preset.name = "gpu-smoke"
+    preset.model = ModelConfig(dtype="bfloat16")
+    preset.gen = dataclasses.replace(preset.gen, batch_size=256)
+    preset.capture = dataclasses.replace(preset.capture, tasks={"math/arith": 192, "mhqa/lookup": 96},
+                                         multi_hop_tasks={"math/arith": 32, "mhqa/lookup": 16})
+    # batch 8: at cpu-tiny's 2 the Trainer's per-step overhead, not the GPU, set SFT's time (H100:
+    # not done in 130 s; at 8, 120 steps in 80 s: docs/results/gpu_smoke_h100.json)
+    preset.sft = dataclasses.replace(preset.sft, batch_size=8)
+    preset.rl = dataclasses.replace(preset.rl, steps=16, prompts_per_step=16, group_size=8, anchors_per_step=4,
+                                    pool={"math/arith": 192, "mhqa/lookup": 64}, pool_samples=8)
+    preset.eval = dataclasses.replace(preset.eval, val_tasks={"math/arith": 160, "mhqa/lookup": 64})
+    return preset
 
 
 def _gpu_3b_qlora() -> Preset:
@@ -355,6 +363,7 @@ PRESETS = {
     "cpu-tiny": _cpu_tiny,
     "cpu-quick": _cpu_quick,
     "cpu-smoke": _cpu_smoke,
+    "gpu-smoke": _gpu_smoke,
     "gpu-3b-qlora": _gpu_3b_qlora,
     "multinode-32b": _multinode_32b,
 }

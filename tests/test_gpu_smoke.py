@@ -1,0 +1,67 @@
+"""The gpu-smoke preset (the embedded model on one GPU) and what turns its GPU run into a result file."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import import_benchmark
+
+from coa_lab.config import get_preset
+
+
+def test_gpu_smoke_is_cpu_tinys_recipe_with_many_more_rollouts():
+    """Same filters, SFT rate and RL rates as the measured CPU recipe; what a GPU is for is scale."""
+    gpu, tiny = get_preset("gpu-smoke"), get_preset("cpu-tiny")
+    assert gpu.model.name == tiny.model.name and gpu.model.dtype == "bfloat16" and not gpu.model.load_in_4bit
+    assert gpu.distill == tiny.distill
+    assert gpu.sft.learning_rate == tiny.sft.learning_rate and gpu.sft.epochs == tiny.sft.epochs
+    for field in ("learning_rate", "clip_low", "clip_high", "sft_coef", "temperature", "mini_batches", "pg_coef"):
+        assert getattr(gpu.rl, field) == getattr(tiny.rl, field), field
+
+    def rollouts(p):  # questions and anchors, each sampled group_size times, every step
+        return p.rl.steps * (p.rl.prompts_per_step + p.rl.anchors_per_step) * p.rl.group_size
+
+    assert rollouts(gpu) >= 5 * rollouts(tiny)
+    assert sum(gpu.capture.tasks.values()) > sum(tiny.capture.tasks.values())
+    # the arms benchmark's validation readout
+    assert gpu.eval.val_tasks == {"math/arith": 160, "mhqa/lookup": 64}
+
+
+def _run_folder(tmp_path, with_pool: bool):
+    run = tmp_path / "gpu-smoke"
+    (run / "capture").mkdir(parents=True)
+    (run / "capture" / "summary.json").write_text(json.dumps(
+        {"seconds": 10.0, "runs": 4, "success": {"all": {"accuracy": 0.5}}}))
+    (run / "distill").mkdir()
+    (run / "distill" / "summary.json").write_text(json.dumps({"input": 4, "kept": 2, "kept_by_source": {"teacher": 2}}))
+    if with_pool:
+        (run / "rl").mkdir()
+        (run / "rl" / "pool.json").write_text(json.dumps(
+            {"candidates": 4, "samples": 8, "rollouts": 32, "kept": 2, "histogram": {},
+             "pass_rates": {"a": 0.0, "b": 0.25, "c": 0.5, "d": 1.0}}))
+    return run
+
+
+def test_gpu_smoke_publish_reads_the_run_and_names_what_did_not_run(tmp_path):
+    publish = import_benchmark("gpu_smoke_publish")
+    out = publish.summarize(_run_folder(tmp_path, with_pool=True))
+    screening = out["stages"]["pool_screening"]
+    assert screening["mean_pass_at_1"] == 0.4375  # (0 + .25 + .5 + 1) / 4
+    assert screening["pass_at_k"] == 0.75  # solved at least once: 3 of 4
+    assert out["not_reached"] == ["sft", "rl", "eval"]
+    bare = publish.summarize(_run_folder(tmp_path / "b", with_pool=False))
+    assert "pool_screening" in bare["not_reached"] and "pool_screening" not in bare["stages"]
+
+
+def test_gpu_smoke_publish_writes_rates_from_the_logged_seconds(tmp_path, monkeypatch):
+    import coa_lab.published as published
+
+    publish = import_benchmark("gpu_smoke_publish")
+    run = _run_folder(tmp_path, with_pool=True)
+    (run / "preset.json").write_text("{}")
+    monkeypatch.setattr(published, "RESULTS_DIR", tmp_path / "results")
+    assert publish.main([str(run), "--gpu", "X", "--date", "d", "--commit", "c", "--versions", "v",
+                         "--stage-seconds", "pool_screening=16", "--name", "probe"]) == 0
+    doc = json.loads((tmp_path / "results" / "probe.json").read_text())
+    assert doc["stages"]["pool_screening"]["rollouts_per_second"] == 2.0  # 32 rollouts in 16 s
+    assert doc["provenance"]["machine"]["gpu"] == "X"
