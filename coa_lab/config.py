@@ -287,8 +287,8 @@ def _gpu_smoke() -> Preset:
     """The embedded 135M model on any CUDA GPU, every stage: the cpu-tiny recipe (its filters, SFT
     and RL settings) with what a GPU is for: four times the capture, a pool screened from 256
     candidates at 8 samples each, and RL at 16 questions x 8 samples a step (~2,400 rollouts a
-    run against cpu-tiny's ~330), in bf16 (a card without bf16, such as a T4, has no fp16 path
-    yet). Validation is the arms benchmark's 224 tasks.
+    run against cpu-tiny's ~330), in bf16, or loss-scaled fp16 on a card without bf16 such as a
+    T4 (models.effective_dtype). Validation is the arms benchmark's 224 tasks.
     Measured on an H100 (docs/gpu-validation.md): capture, distillation, SFT and pool screening
     ran; RL and evaluation have not yet."""
     preset = _cpu_tiny()

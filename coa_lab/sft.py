@@ -273,6 +273,16 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
                      train_seconds=float(output.metrics.get("train_runtime", 0.0)))
 
 
+def precision(preset: Preset, cuda: bool, cpu_bf16: bool) -> dict[str, bool]:
+    """The Trainer's mixed precision. CPU: fp32 master weights with bf16 autocast where the CPU
+    has bf16 units (models.compute_context). GPU: the preset's bf16, or loss-scaled fp16 on a card
+    without bf16 (models.effective_dtype)."""
+    from coa_lab.generation.models import effective_dtype
+
+    dtype = effective_dtype(preset.model)
+    return {"bf16": (cuda and dtype == "bfloat16") or (not cuda and cpu_bf16), "fp16": cuda and dtype == "float16"}
+
+
 def _training_args(preset: Preset, out_dir: Path, cuda: bool, cpu_bf16: bool):
     """transformers' TrainingArguments for a preset. Under `accelerate launch` they also carry
     the launcher's engine (DDP, FSDP or DeepSpeed, from its config file): nothing here names one."""
@@ -292,8 +302,7 @@ def _training_args(preset: Preset, out_dir: Path, cuda: bool, cpu_bf16: bool):
         save_total_limit=2,
         report_to="none",
         remove_unused_columns=False,
-        # CPU: fp32 master weights with bf16 autocast where the CPU has bf16 units (models.compute_context)
-        bf16=(cuda and preset.model.dtype == "bfloat16") or (not cuda and cpu_bf16),
+        **precision(preset, cuda, cpu_bf16),
         use_cpu=not cuda,
         seed=preset.seed,
         dataloader_num_workers=0,

@@ -136,6 +136,27 @@ def cpu_autocast_enabled(cfg: ModelConfig) -> bool:
     return cfg.cpu_autocast_bf16 and cpu_bf16_is_fast()
 
 
+def effective_dtype(cfg: ModelConfig) -> str:
+    """The dtype a run really uses: the preset's, except bf16 on a CUDA card without bf16 units
+    (a T4 or V100, compute capability < 8.0), where fp16 with loss scaling stands in: such a card
+    only emulates bf16, slowly, and transformers' Trainer refuses bf16=True there."""
+    if cfg.dtype == "bfloat16":
+        import torch
+
+        if torch.cuda.is_available() and not torch.cuda.is_bf16_supported(including_emulation=False):
+            return "float16"
+    return cfg.dtype
+
+
+def grad_scaler(model, cfg: ModelConfig):
+    """Loss scaling for fp16 training on a GPU (small fp16 gradients underflow to 0 without it);
+    everywhere else a disabled scaler, which passes losses and optimizer steps through unchanged."""
+    import torch
+
+    device = next(model.parameters()).device
+    return torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and effective_dtype(cfg) == "float16")
+
+
 def compute_context(model, cfg: ModelConfig):
     """The numeric mode of every forward pass the lab runs itself (sampling, old log-probs, the
     DAPO update), so sampler and trainer agree.
@@ -154,8 +175,8 @@ def compute_context(model, cfg: ModelConfig):
     device = next(model.parameters()).device
     if device.type == "cpu" and cpu_autocast_enabled(cfg):
         return torch.autocast("cpu", dtype=torch.bfloat16)
-    if device.type == "cuda" and cfg.dtype in ("bfloat16", "float16"):
-        return torch.autocast("cuda", dtype=_torch_dtype(cfg.dtype))
+    if device.type == "cuda" and effective_dtype(cfg) in ("bfloat16", "float16"):
+        return torch.autocast("cuda", dtype=_torch_dtype(effective_dtype(cfg)))
     return contextlib.nullcontext()
 
 
@@ -247,7 +268,7 @@ def load_model(cfg: ModelConfig, adapter: str | Path | None = None, trainable: b
     from transformers import AutoModelForCausalLM
 
     path = resolve_model(cfg.name)
-    kwargs: dict = {"dtype": _torch_dtype(cfg.dtype)}
+    kwargs: dict = {"dtype": _torch_dtype(effective_dtype(cfg))}
     if cfg.load_in_4bit:
         if not torch.cuda.is_available():
             raise ModelLoadError("load_in_4bit (QLoRA) needs a CUDA GPU; use the cpu-tiny preset on CPU")
@@ -256,7 +277,7 @@ def load_model(cfg: ModelConfig, adapter: str | Path | None = None, trainable: b
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=_torch_dtype(cfg.dtype),
+            bnb_4bit_compute_dtype=_torch_dtype(effective_dtype(cfg)),
         )
         kwargs["device_map"] = {"": torch.cuda.current_device()}
     try:
@@ -301,7 +322,7 @@ def _load_unsloth(cfg: ModelConfig, adapter, trainable: bool):
 
     model, tokenizer = FastLanguageModel.from_pretrained(
         model_name=str(adapter or resolve_model(cfg.name)), load_in_4bit=cfg.load_in_4bit,
-        dtype=_torch_dtype(cfg.dtype), max_seq_length=None,
+        dtype=_torch_dtype(effective_dtype(cfg)), max_seq_length=None,
     )
     if trainable and adapter is None and cfg.lora_r > 0:
         model = FastLanguageModel.get_peft_model(

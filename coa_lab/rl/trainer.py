@@ -102,7 +102,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
 
     from coa_lab.generation.backends import resolve_backend, rollout_batch
     from coa_lab.generation.hf_generator import HFGenerator
-    from coa_lab.generation.models import compute_context, load_model
+    from coa_lab.generation.models import compute_context, grad_scaler, load_model
     from coa_lab.trajectories import load_records
 
     check_logprob_identity(preset)  # before anything is loaded: a refused run costs nothing
@@ -121,6 +121,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     if distributed.world_size() > 1:  # ... but each rank samples its own rollouts
         torch.manual_seed(seed + 1000 * distributed.rank())
     compute = lambda: compute_context(model, preset.model)  # noqa: E731 - same numerics for sampling and training
+    scaler = grad_scaler(model, preset.model)  # fp16 on a card without bf16; elsewhere a pass-through
     if generator_factory is not None:
         generator = generator_factory(model, tokenizer)
     elif resolve_backend(preset.gen.backend) in ("vllm", "vllm-server"):  # samples the adapter on disk, pushed after each update
@@ -209,7 +210,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             if rl.pg_coef == 0:  # the SFT-only control: no rollouts, the recipe's SFT steps on its rows
                 row = {"step": step, "arm": "control",
                        **sft_only_update(model, optimizer, draw_sft_batches(), preset, tokenizer.pad_token_id,
-                                         compute)}
+                                         compute, scaler=scaler)}
                 groups, sample_seconds = [[]], 0.0  # one update made: the adapter is saved below
                 postfix = {"sft_loss": f"{row['sft_loss']:.3f}"}
             else:
@@ -254,7 +255,9 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                     # PPO-ptx: one draw of rl.sft_rows SFT trajectories per optimizer step
                     sft_batches = draw_sft_batches() if sft_iter is not None else None
                     row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute,
-                                             reference=reference, sft_batches=sft_batches))
+                                             reference=reference, sft_batches=sft_batches, scaler=scaler))
+                    if scaler.is_enabled():  # fp16: a scale that keeps falling means overflowing steps, skipped
+                        row["loss_scale"] = scaler.get_scale()
                     if hasattr(generator, "refresh"):  # the int8 copy: rebuilt from the new weights
                         generator.refresh()
                     if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights

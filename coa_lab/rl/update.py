@@ -44,8 +44,28 @@ def _micro_batches(groups, mini_batches: int) -> list[list[list[int]]]:
     return out
 
 
+def _backward(loss, scaler) -> None:
+    """loss.backward(), through fp16's loss scaler when one is on (models.grad_scaler)."""
+    (scaler.scale(loss) if scaler is not None else loss).backward()
+
+
+def _step(optimizer, params, scaler) -> None:
+    """Clip the gradient norm to 1 and step; under fp16 loss scaling the gradients are unscaled
+    first, and a step whose gradients overflowed is skipped (the scaler lowers its scale)."""
+    import torch
+
+    if scaler is not None and scaler.is_enabled():
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+
+
 def _sft_mix(model, rows: list[dict], coef: float, pad_id: int, packed: bool, device, compute, world: int,
-             me: int) -> float:
+             me: int, scaler=None) -> float:
     """Backward of coef x the masked SFT loss (the mean over every labelled token of `rows`, as
     in SFT) into the gradients the policy loss left; this rank takes rows me, me + world, ... so
     the ranks' summed gradient is the whole batch's. Returns the loss (this rank's share)."""
@@ -61,12 +81,13 @@ def _sft_mix(model, rows: list[dict], coef: float, pad_id: int, packed: bool, de
     batch = {k: v.to(device) for k, v in batch.items()}
     with compute():
         loss = masked_lm_loss(model, batch, num_items_in_batch=torch.tensor(labelled, device=device))
-    (coef * loss).backward()
+    _backward(coef * loss, scaler)
     return float(loss.detach())
 
 
 def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int, compute=None,
-                  packed: bool | None = None, reference=None, sft_batches: list[list[dict]] | None = None) -> dict:
+                  packed: bool | None = None, reference=None, sft_batches: list[list[dict]] | None = None,
+                  scaler=None) -> dict:
     """Old log-probs, advantages, then mini-batch steps on the DAPO loss.
 
     compute: a context-manager factory for forward passes (bf16 autocast on CPU).
@@ -166,7 +187,7 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                                             aggregation=rl.loss_agg, n_sequences=n_sequences,
                                             token_weights=weights,
                                             ref_logprobs=ref[t] if ref is not None else None, kl_coef=rl.kl_coef)
-            (rl.pg_coef * loss).backward()  # rl.pg_coef: the policy-gradient term's weight (1: RL)
+            _backward(rl.pg_coef * loss, scaler)  # rl.pg_coef: the policy-gradient term's weight (1: RL)
             stats["loss"].append(float(loss.detach()))
             if "kl_ref" in st:
                 stats.setdefault("kl_ref", []).append(st["kl_ref"])
@@ -174,10 +195,9 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                 stats[k].append(st[k])
         if sft_batches and rl.sft_coef > 0 and n_mb < len(sft_batches):
             stats.setdefault("sft_loss", []).append(_sft_mix(model, sft_batches[n_mb], rl.sft_coef, pad_id, packed,
-                                                            device, compute, world, me))
+                                                            device, compute, world, me, scaler))
         distributed.all_reduce_gradients(params)  # the whole mini-batch's gradient on every rank
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
+        _step(optimizer, params, scaler)
     # Consistency: `old` now holds the trainer's pre-update log-prob of every token this rank
     # scored. On policy tokens it must equal the log-prob the sampler drew the token with (same
     # weights, same temperature): verl's rollout_probs_diff_mean, over every policy token, the
@@ -211,7 +231,7 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
 
 
 def sft_only_update(model, optimizer, sft_batches: list[list[dict]], preset: Preset, pad_id: int,
-                    compute=None, packed: bool | None = None) -> dict:
+                    compute=None, packed: bool | None = None, scaler=None) -> dict:
     """The SFT-only control of an RL step (rl.pg_coef = 0): the optimizer steps `policy_update`
     would take, one per mini-batch of SFT rows, each on rl.sft_coef x the masked SFT loss alone,
     clipped and stepped exactly as there. Nothing is sampled: what this arm gains over the SFT
@@ -231,9 +251,8 @@ def sft_only_update(model, optimizer, sft_batches: list[list[dict]], preset: Pre
     losses = []
     for rows in sft_batches:
         optimizer.zero_grad()
-        losses.append(_sft_mix(model, rows, preset.rl.sft_coef, pad_id, packed, device, compute, world, me))
+        losses.append(_sft_mix(model, rows, preset.rl.sft_coef, pad_id, packed, device, compute, world, me, scaler))
         distributed.all_reduce_gradients(params)
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
+        _step(optimizer, params, scaler)
     total = distributed.all_reduce_sum([sum(losses)])[0]
     return {"sft_loss": total / max(1, len(losses)), "optimizer_steps": len(losses)}
