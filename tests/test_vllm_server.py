@@ -240,7 +240,8 @@ def test_client_reads_ids_from_logprobs_on_an_older_vllm_and_maps_finish_reasons
     assert [g.token_ids for g in out[:4]] == [[100, 202], [101, 202], [102, 202], [103, 202]]
     assert out[4].token_ids == [100, 295] and out[5].token_ids == [] and out[5].prompt_tokens == 100
     first, *rest = OldVLLM.bodies  # asked for return_token_ids, got none, asked again via logprobs
-    assert first["return_token_ids"] is True and "logprobs" not in first
+    # sampling: the sampled tokens' log-probs are asked for from the start (RL's correction)
+    assert first["return_token_ids"] is True and first["logprobs"] == 0 and "return_tokens_as_token_ids" not in first
     assert all(b["logprobs"] == 0 and b["return_tokens_as_token_ids"] for b in rest)
     assert sorted(b["max_tokens"] for b in rest) == [5, 10]  # 95 prompt tokens leave 5 of the 100
     sent = rest[0]
@@ -565,3 +566,20 @@ def test_an_rl_run_samples_from_the_server_and_pushes_every_update(lab, tmp_path
     assert probe.lora_name == served[0]
     assert same(probe.generate(lab.prompts, 16, 0.0, 1.0, ["."]), want)
     probe.set_adapter(None)
+
+
+@pytest.mark.model
+def test_sampling_through_the_server_returns_the_sampled_tokens_logprobs(lab):
+    """RL's sampler asks for each sampled token's log-prob (logprobs=0) and carries it into the
+    update (probability gap, truncated importance sampling); greedy decoding asks for none."""
+    import math
+
+    gen = VLLMServerGenerator(lab.url, lab.tok, api_key_env=lab.key_env)
+    sampled = gen.generate(lab.prompts[:2], 12, 0.8, 1.0, [])
+    for g in sampled:
+        assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
+        assert all(math.isfinite(x) and x <= 0 for x in g.logprobs)
+    assert all(g.logprobs is None for g in gen.generate(lab.prompts[:1], 4, 0.0, 1.0, []))
+    bad = httpx.post(f"{lab.url}/completions", headers={"Authorization": f"Bearer {lab.key}"},
+                     json={"model": "smol", "prompt": lab.prompts[0], "max_tokens": 2, "logprobs": 5})
+    assert bad.status_code == 400 and "logprobs" in bad.text

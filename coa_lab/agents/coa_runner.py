@@ -119,6 +119,7 @@ class _CoaTurns:
             r.response_mask += [1] * len(ids)
             if gen.logprobs is not None:
                 r.response_logprobs += list(gen.logprobs[: len(ids)])
+            if gen.entropies is not None:  # vLLM reports log-probs but no entropies
                 r.entropies += list(gen.entropies[: len(ids)])
             r.text += tok.decode(ids, skip_special_tokens=False)
             if len(r.response_ids) >= cfg.max_response_tokens:

@@ -52,7 +52,8 @@ from coa_lab.generation.serve_adapters import AdapterAlreadyLoaded
 from coa_lab.generation.serve_batching import BatchingEngine, Job
 # module level: FastAPI resolves the endpoints' annotations in this module's namespace
 from coa_lab.generation.serve_schema import (ChatRequest, CompletionRequest, LoadLoRAAdapterRequest,
-                                             UnloadLoRAAdapterRequest, completion_choice, reply_text)
+                                             UnloadLoRAAdapterRequest, completion_choice, completion_logprobs,
+                                             reply_text)
 
 
 def runtime_lora_allowed() -> bool:
@@ -212,6 +213,8 @@ def create_app(engine: BatchingEngine, model_id: str, context_length: int, api_k
         for i, g in enumerate(gens):  # prompt-major: choice i*n + j is prompt i's j-th sample, as in vLLM
             c = {"index": i, **completion_choice(engine.tokenizer, g, stop, req.include_stop_str_in_output,
                                                  req.skip_special_tokens)}
+            if req.logprobs is not None:
+                c["logprobs"] = completion_logprobs(engine.tokenizer, g)
             c["prompt_token_ids"] = prompts[i // req.n] if req.return_token_ids else None
             if not req.return_token_ids:
                 c["token_ids"] = None

@@ -60,16 +60,20 @@ class CompletionRequest(BaseModel):
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    # 0: the sampled token's log-prob alone, after temperature (vLLM's --logprobs-mode
+    # processed_logprobs), when sampling; what RL's sampler asks for
+    logprobs: int | None = None
     # not supported here
     echo: bool = False
-    logprobs: int | None = None
     use_beam_search: bool = False
 
     def unsupported(self) -> str | None:
         if self.echo:
             return "echo"
-        if self.logprobs is not None:
-            return "logprobs"
+        if self.logprobs not in (None, 0):
+            return "logprobs other than 0 (the sampled token's)"
+        if self.logprobs == 0 and not self.temperature:
+            return "logprobs at temperature 0"
         if self.use_beam_search:
             return "use_beam_search"
         if self.top_k not in (None, 0, -1):
@@ -102,6 +106,14 @@ def reply_text(tokenizer, gen, stop: tuple[str, ...]) -> tuple[str, str]:
     if cut >= 0:
         return text[:cut], "stop"
     return text, "length" if gen.finish_reason == "length" else "stop"
+
+
+def completion_logprobs(tokenizer, gen) -> dict | None:
+    """OpenAI's completion `logprobs` object for the sampled tokens (no top alternatives)."""
+    if gen.logprobs is None:
+        return None
+    return {"tokens": [tokenizer.decode([t]) for t in gen.token_ids], "token_logprobs": list(gen.logprobs),
+            "top_logprobs": None, "text_offset": None}
 
 
 def completion_choice(tokenizer, gen, stop: tuple[str, ...], include_stop: bool, skip_special: bool) -> dict:

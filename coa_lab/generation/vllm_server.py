@@ -270,6 +270,10 @@ class VLLMServerGenerator(PooledHTTP):
             body["return_token_ids"] = True
         else:
             body.update(logprobs=0, return_tokens_as_token_ids=True)
+        if temperature > 0:
+            # the sampled tokens' log-probs, for RL's probability gap and truncated importance
+            # sampling; after temperature only if the server runs with --logprobs-mode processed_logprobs
+            body["logprobs"] = 0
         what = f"completing {len(prompts)} prompt(s) with model {body['model']!r}"
         data = self._json(self._request("POST", "/completions", body, what=what), what)
         try:
@@ -313,7 +317,10 @@ class VLLMServerGenerator(PooledHTTP):
                                f"(the request was aborted?)")
         if self.tokenizer is not None:  # decoded exactly as HFGenerator does
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        return Generation(ids, text, finish, len(prompt))
+        sampled = (choice.get("logprobs") or {}).get("token_logprobs")
+        # one finite number per sampled token, or none at all: RL runs uncorrected rather than on wrong numbers
+        ok = isinstance(sampled, list) and len(sampled) == len(ids) and all(isinstance(x, (int, float)) for x in sampled)
+        return Generation(ids, text, finish, len(prompt), logprobs=[float(x) for x in sampled] if ok else None)
 
     def chat(self, conversations: list[list[dict]], max_new_tokens: int, temperature: float = 0.0) -> list[Generation]:
         """One assistant reply per conversation (needs the tokenizer for the chat template)."""

@@ -1,0 +1,83 @@
+"""The in-process vLLM sampler hands RL the sampled tokens' log-probs (after temperature), so the
+probability gap is logged and truncated importance sampling runs on the GPU presets. vLLM is not
+installed on the CPU: a stand-in module answers as vLLM's LLM.generate does."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from coa_lab.generation import vllm_engine
+
+
+@dataclass
+class Logprob:
+    logprob: float
+
+
+class _Completion:
+    def __init__(self, token_ids, logprobs):
+        self.token_ids, self.logprobs, self.text = token_ids, logprobs, "x"
+        self.stop_reason, self.finish_reason = None, "length"
+
+
+class _LLM:
+    seen: dict = {}
+
+    def __init__(self, **kwargs):
+        _LLM.seen["engine"] = kwargs
+
+    def generate(self, prompts, params, lora_request=None):
+        _LLM.seen["params"] = params
+        out = []
+        for k, _ in enumerate(prompts):
+            ids = [10 + k, 20 + k]
+            lps = [{i: Logprob(-0.5 * (j + 1))} for j, i in enumerate(ids)] if params.logprobs is not None else None
+            out.append(types.SimpleNamespace(outputs=[_Completion(ids, lps)]))
+        return out
+
+
+class _SamplingParams:
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    module = types.ModuleType("vllm")
+    module.LLM, module.SamplingParams = _LLM, _SamplingParams
+    module.TokensPrompt = lambda prompt_token_ids: prompt_token_ids
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setattr(vllm_engine, "require", lambda package, extra: None)
+    return _LLM.seen
+
+
+def test_sampling_asks_for_processed_logprobs_and_returns_them(fake_vllm):
+    tok = types.SimpleNamespace(eos_token_id=2)
+    gen = vllm_engine.VLLMGenerator("model", tok)
+    assert fake_vllm["engine"]["logprobs_mode"] == "processed_logprobs"  # after temperature, as the trainer scores
+    outs = gen.generate([[1, 2], [3]], max_new_tokens=2, temperature=0.8)
+    assert fake_vllm["params"].logprobs == 0
+    assert [o.logprobs for o in outs] == [[-0.5, -1.0], [-0.5, -1.0]]
+    assert outs[1].token_ids == [11, 21]
+
+
+def test_greedy_decoding_asks_for_none(fake_vllm):
+    gen = vllm_engine.VLLMGenerator("model", types.SimpleNamespace(eos_token_id=2))
+    outs = gen.generate([[1]], max_new_tokens=2, temperature=0.0)
+    assert fake_vllm["params"].logprobs is None and outs[0].logprobs is None
+
+
+def test_a_caller_can_choose_another_logprobs_mode(fake_vllm):
+    vllm_engine.VLLMGenerator("model", types.SimpleNamespace(eos_token_id=2), logprobs_mode="raw_logprobs")
+    assert fake_vllm["engine"]["logprobs_mode"] == "raw_logprobs"
+
+
+def test_missing_or_partial_logprobs_give_none_not_wrong_numbers():
+    assert vllm_engine.sampled_logprobs(_Completion([1, 2], None)) is None
+    assert vllm_engine.sampled_logprobs(_Completion([1, 2], [{1: Logprob(-1.0)}])) is None  # one of two
+    assert vllm_engine.sampled_logprobs(_Completion([1, 2], [{1: Logprob(-1.0)}, {3: Logprob(-2.0)}])) is None
+    assert vllm_engine.sampled_logprobs(_Completion([1, 2], [{1: Logprob(-1.0)}, {2: Logprob(-2.0)}])) == [-1.0, -2.0]
