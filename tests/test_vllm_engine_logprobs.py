@@ -1,6 +1,7 @@
-"""The in-process vLLM sampler hands RL the sampled tokens' log-probs (after temperature), so the
-probability gap is logged and truncated importance sampling runs on the GPU presets. vLLM is not
-installed on the CPU: a stand-in module answers as vLLM's LLM.generate does."""
+"""The in-process vLLM sampler: it hands RL the sampled tokens' log-probs (after temperature), so
+the probability gap is logged and truncated importance sampling runs on the GPU presets, and a
+process holds one engine, reused across stages and shut down before another is made. vLLM is not
+installed on the CPU: a stand-in module answers as vLLM's LLM does."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ class _LLM:
 
     def __init__(self, **kwargs):
         _LLM.seen["engine"] = kwargs
+        _LLM.seen.setdefault("events", []).append(("create", kwargs["model"]))
+        self.model = kwargs["model"]
+
+    def shutdown(self):
+        _LLM.seen["events"].append(("shutdown", self.model))
 
     def generate(self, prompts, params, lora_request=None):
         _LLM.seen["params"] = params
@@ -50,9 +56,16 @@ def fake_vllm(monkeypatch):
     module = types.ModuleType("vllm")
     module.LLM, module.SamplingParams = _LLM, _SamplingParams
     module.TokensPrompt = lambda prompt_token_ids: prompt_token_ids
+    lora = types.ModuleType("vllm.lora.request")
+    lora.LoRARequest = lambda name, lora_id, path: types.SimpleNamespace(name=name, id=lora_id, path=path)
     monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.lora", types.ModuleType("vllm.lora"))
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", lora)
     monkeypatch.setattr(vllm_engine, "require", lambda package, extra: None)
-    return _LLM.seen
+    monkeypatch.setattr(vllm_engine, "_ENGINE", {"key": None, "llm": None})
+    _LLM.seen.clear()
+    yield _LLM.seen
+    vllm_engine.release_engine()
 
 
 def test_sampling_asks_for_processed_logprobs_and_returns_them(fake_vllm):
@@ -81,3 +94,34 @@ def test_missing_or_partial_logprobs_give_none_not_wrong_numbers():
     assert vllm_engine.sampled_logprobs(_Completion([1, 2], [{1: Logprob(-1.0)}])) is None  # one of two
     assert vllm_engine.sampled_logprobs(_Completion([1, 2], [{1: Logprob(-1.0)}, {3: Logprob(-2.0)}])) is None
     assert vllm_engine.sampled_logprobs(_Completion([1, 2], [{1: Logprob(-1.0)}, {2: Logprob(-2.0)}])) == [-1.0, -2.0]
+
+
+def test_one_engine_per_process_reused_then_shut_down_before_the_next(fake_vllm):
+    """Capture, screening, RL and evaluation each build a generator: with the same model and
+    settings they share one engine; another model's engine is made only after the first is shut down."""
+    tok = types.SimpleNamespace(eos_token_id=2)
+    evaluation = vllm_engine.VLLMGenerator("student", tok, gpu_memory_utilization=0.5)
+    rl = vllm_engine.VLLMGenerator("student", tok, gpu_memory_utilization=0.5)
+    assert rl.engine is evaluation.engine and fake_vllm["events"] == [("create", "student")]
+    rl.set_adapter("/runs/rl/step3")
+    evaluation.set_adapter("/runs/sft/adapter")
+    assert rl.lora.id != evaluation.lora.id  # one engine, two adapters: never one id for both
+    vllm_engine.VLLMGenerator("teacher", tok, gpu_memory_utilization=0.5)
+    assert fake_vllm["events"] == [("create", "student"), ("shutdown", "student"), ("create", "teacher")]
+    vllm_engine.release_engine()
+    assert fake_vllm["events"][-1] == ("shutdown", "teacher") and vllm_engine._ENGINE["llm"] is None
+    vllm_engine.release_engine()  # nothing left: a no-op
+
+
+def test_the_rl_sampler_shares_the_evaluation_engine(fake_vllm, monkeypatch):
+    """make_generator (evaluation, screening) and rl_sampler ask for the same engine settings."""
+    from coa_lab.config import get_preset
+    from coa_lab.generation import llm, models
+
+    monkeypatch.setattr(models, "load_tokenizer", lambda name: types.SimpleNamespace(eos_token_id=2))
+    monkeypatch.setattr(models, "resolve_model", lambda name: "student")
+    monkeypatch.setattr(llm, "resolve_backend", lambda backend: "vllm")
+    preset = get_preset("gpu-smoke")
+    first = llm.make_generator(preset)
+    second = llm.rl_sampler(preset, types.SimpleNamespace(eos_token_id=2), None)
+    assert second.engine is first.engine and fake_vllm["events"] == [("create", "student")]

@@ -89,7 +89,8 @@ def rl_sampler(preset, tokenizer, adapter):
     if backend == "vllm-server":
         gen = VLLMServerGenerator(_server_url(preset), tokenizer, api_key_env=preset.gen.server_api_key_env)
     elif backend == "vllm":
-        gen = VLLMGenerator(resolve_model(cfg.name), tokenizer, max_lora_rank=preset.model.lora_r,
+        # the same rank as make_generator's: the same engine settings, so RL shares evaluation's engine
+        gen = VLLMGenerator(resolve_model(cfg.name), tokenizer, max_lora_rank=max(preset.model.lora_r, 8),
                             gpu_memory_utilization=preset.gen.vllm_memory_fraction)
     else:
         raise ValueError(f"no RL sampler for gen.backend={preset.gen.backend!r}; use 'vllm' or 'vllm-server'")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from coa_lab.generation.chat_prompt import chat_prompt_ids
 from coa_lab.generation.models import require
 from coa_lab.generation.result import Generation
@@ -23,28 +25,76 @@ def sampled_logprobs(completion) -> list[float] | None:
     return out
 
 
+# One engine per process. Capture, pool screening, RL and evaluation each ask for a generator;
+# a second vLLM engine in the same process would claim its share of the GPU again (and vLLM
+# does not reliably return an engine's memory on garbage collection), so the same engine is
+# handed back for the same model and settings, and a different one is created only after the
+# old one is shut down and its memory released.
+_ENGINE: dict = {"key": None, "llm": None}
+# LoRA request ids, unique in the process: vLLM caches an adapter by its id, and generators that
+# share the engine must never hand it two different adapters under one id
+_LORA_IDS = itertools.count(1)
+
+
+def engine_for(model_path: str, max_lora_rank: int, **engine_kwargs):
+    """The process's vLLM engine for this model and these settings: the one already running, or
+    a new one once the previous engine (another model, other settings) has been released."""
+    key = (model_path, max_lora_rank, tuple(sorted((k, repr(v)) for k, v in engine_kwargs.items())))
+    if _ENGINE["key"] == key:
+        return _ENGINE["llm"]
+    release_engine()
+    from vllm import LLM  # noqa: GPU path only
+
+    llm = LLM(model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, **engine_kwargs)
+    _ENGINE.update(key=key, llm=llm)
+    return llm
+
+
+def release_engine() -> None:
+    """Shut the process's engine down and return its GPU memory (nothing to do without one)."""
+    llm = _ENGINE["llm"]
+    if llm is None:
+        return
+    _ENGINE.update(key=None, llm=None)
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    for shutdown in (getattr(core, "shutdown", None), getattr(llm, "shutdown", None)):
+        if callable(shutdown):
+            shutdown()
+            break
+    del llm, core
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
 class VLLMGenerator:
     """vLLM engine with the same interface (GPU extra). LoRA adapters are swapped per call,
-    which is how RL pushes fresh weights to the sampler without reloading the base model."""
+    which is how RL pushes fresh weights to the sampler without reloading the base model. Every
+    VLLMGenerator of a process with the same model and settings shares one engine (engine_for);
+    each keeps its own adapter."""
 
     def __init__(self, model_path: str, tokenizer, max_lora_rank: int = 64, **engine_kwargs):
         require("vllm", "gpu")
-        from vllm import LLM  # noqa: GPU path only
-
         self.tokenizer = tokenizer
         # the sampled token's log-prob after temperature and top-p (vLLM's default reports the raw
         # logits' log-probs): what the trainer recomputes at rl.temperature, so the probability gap
         # and truncated importance sampling (rl.tis_cap) compare like with like
         engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
-        self.engine = LLM(model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, **engine_kwargs)
+        self.engine = engine_for(model_path, max_lora_rank, **engine_kwargs)
         self.lora = None
-        self._lora_id = 0
 
     def set_adapter(self, adapter_dir: str | None) -> None:
         from vllm.lora.request import LoRARequest
 
-        self._lora_id += 1
-        self.lora = LoRARequest(f"policy{self._lora_id}", self._lora_id, str(adapter_dir)) if adapter_dir else None
+        lora_id = next(_LORA_IDS)
+        self.lora = LoRARequest(f"policy{lora_id}", lora_id, str(adapter_dir)) if adapter_dir else None
 
     def generate(self, prompts, max_new_tokens, temperature=0.0, top_p=1.0, stop=()) -> list[Generation]:
         from vllm import SamplingParams, TokensPrompt
