@@ -18,20 +18,11 @@ import json
 from pathlib import Path
 
 from coa_lab.published import publish
+from coa_lab.rl.pool import headroom
 
 
 def _read(path: Path):
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def pool_headroom(pool: dict) -> dict:
-    """The SFT student's pass rates on the screened candidates: mean pass@1 at the sampling
-    temperature, and pass@k (solved at least once in the samples drawn) - what RL could add."""
-    rates = list(pool["pass_rates"].values())
-    return {"candidates": pool["candidates"], "samples": pool["samples"], "rollouts": pool["rollouts"],
-            "kept": pool["kept"], "histogram": pool["histogram"],
-            "mean_pass_at_1": round(sum(rates) / len(rates), 4),
-            "pass_at_k": round(sum(r > 0 for r in rates) / len(rates), 4)}
 
 
 def summarize(run: Path) -> dict:
@@ -51,7 +42,7 @@ def summarize(run: Path) -> dict:
         out["stages"]["sft"]["optimizer_steps"] = len(sft.get("losses", []))
     pool = _read(run / "rl" / "pool.json")
     if pool:
-        out["stages"]["pool_screening"] = pool_headroom(pool)
+        out["stages"]["pool_screening"] = headroom(pool)
     metrics = run / "rl" / "metrics.jsonl"
     steps = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
     if steps:

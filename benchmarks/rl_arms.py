@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from coa_lab.comparison import arms_table, task_scores
+from coa_lab.rl.pool import headroom
 
 ARMS = {"rl+ptx": {}, "rl": {"sft_coef": 0.0}, "control": {"pg_coef": 0.0}}
 ORDER = ("rl+ptx", "rl", "control")  # an RL arm first: its pool screening is reused by the others
@@ -213,4 +214,6 @@ def summarize(args, overrides: dict, base: Path, sft: dict, mix: dict, machine_s
                     "by_benchmark": sft["by_benchmark"], "eval_seconds": sft.get("eval_seconds"),
                     "outcomes": [sft["scores"][t] for t in tasks]},
             **table, "task_ids": tasks, "machine_start": machine_start,
-            "bf16_autocast": machine_start.get("bf16_autocast")}
+            "bf16_autocast": machine_start.get("bf16_autocast"),
+            # the SFT policy's pass@1 and pass@k on the screened candidates: RL's headroom there
+            "pool_headroom": headroom(json.loads((base / "pool.json").read_text())) if (base / "pool.json").exists() else None}

@@ -8,7 +8,7 @@ import pytest
 
 from coa_lab.config import get_preset
 from coa_lab.generation.result import Generation
-from coa_lab.rl.pool import anchor_stream, decided_early, keep_by_pass_rate, select_pool, template_of
+from coa_lab.rl.pool import anchor_stream, decided_early, headroom, keep_by_pass_rate, select_pool, template_of
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 
@@ -147,3 +147,11 @@ def test_a_reused_screening_is_rewritten_with_its_rollout_count(tmp_path, monkey
     assert [t.id for t in trained[0]] == ids  # trained on the screening it was handed, none drawn again
     assert json.loads((tmp_path / "rl" / "pool.json").read_text()) == screened
     assert summary["pool_rollouts"] == 6
+
+
+def test_headroom_is_pass_at_k_beside_the_mean_pass_rate():
+    screening = {"candidates": 4, "samples": 4, "rollouts": 14, "kept": 2, "histogram": {},
+                 "pass_rates": {"a": 0.0, "b": 0.25, "c": 0.5, "d": 1.0}}
+    h = headroom(screening)
+    assert h["mean_pass_at_1"] == 0.4375 and h["pass_at_k"] == 0.75  # 3 of 4 solved at least once
+    assert headroom({**screening, "pass_rates": {}})["pass_at_k"] is None

@@ -92,6 +92,18 @@ def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_p
                             histogram, rollouts=sum(drawn))
 
 
+def headroom(screening: dict) -> dict:
+    """What RL could add on the screened candidates (a pool.json): the SFT policy's mean pass@1 at
+    the sampling temperature, and its pass@k (solved at least once in the samples drawn; with
+    adaptive screening k is the samples a candidate got). RL that sharpens the policy can at most
+    close the gap between the two on such tasks."""
+    rates = list(screening["pass_rates"].values())
+    return {"candidates": screening["candidates"], "samples": screening["samples"],
+            "rollouts": screening["rollouts"], "kept": screening["kept"], "histogram": screening["histogram"],
+            "mean_pass_at_1": round(sum(rates) / len(rates), 4) if rates else None,
+            "pass_at_k": round(sum(r > 0 for r in rates) / len(rates), 4) if rates else None}
+
+
 def template_of(task) -> str:
     """The kind of question a task is, for spreading anchors over kinds: an arithmetic task's
     expression shape ("n * n - n + n" is the farm story), a look-up's relation, else its source."""
