@@ -285,31 +285,31 @@ def _cpu_smoke() -> Preset:
 
 def _gpu_smoke() -> Preset:
     """The embedded 135M model on any CUDA GPU, every stage: the cpu-tiny recipe (its filters, SFT
-    and RL settings) with what a GPU is for: four times the capture, a pool screened from 256
-    candidates at 8 samples each, and RL at 16 questions x 8 samples a step (~2,400 rollouts a
+    and RL settings) with what a GPU is for: four times the capture, a pool screened from 128
+    candidates at 8 samples each, and RL at 16 questions x 8 samples a step (~1,300 rollouts a
     run against cpu-tiny's ~330), in bf16, or loss-scaled fp16 on a card without bf16 such as a
     T4 (models.effective_dtype). Validation is the arms benchmark's 224 tasks.
-    Measured on an H100 (docs/gpu-validation.md): capture, distillation, SFT and pool screening
-    ran; RL and evaluation have not yet."""
+    On an H100 (docs/gpu-validation.md; then 16 RL steps, 256 candidates) capture, distillation,
+    SFT and pool screening ran; RL and evaluation have not yet."""
     preset = _cpu_tiny()
     preset.name = "gpu-smoke"
     preset.model = ModelConfig(dtype="bfloat16")
     preset.gen = dataclasses.replace(preset.gen, batch_size=256)
     preset.capture = dataclasses.replace(preset.capture, tasks={"math/arith": 192, "mhqa/lookup": 96},
                                          multi_hop_tasks={"math/arith": 32, "mhqa/lookup": 16})
-    # batch 8: at cpu-tiny's 2 the Trainer's per-step overhead, not the GPU, set SFT's time (H100:
-    # not done in 130 s; at 8, 120 steps in 80 s: docs/results/gpu_smoke_h100.json)
+    # batch 8: at cpu-tiny's 2 the Trainer's per-step overhead set SFT's time (docs/gpu-validation.md)
     preset.sft = dataclasses.replace(preset.sft, batch_size=8)
-    preset.rl = dataclasses.replace(preset.rl, steps=16, prompts_per_step=16, group_size=8, anchors_per_step=4,
-                                    pool={"math/arith": 192, "mhqa/lookup": 64}, pool_samples=8)
+    # sized so `coa-lab plan --preset gpu-smoke --gpu T4` puts the whole recipe under 15 min
+    preset.rl = dataclasses.replace(preset.rl, steps=8, prompts_per_step=16, group_size=8, anchors_per_step=4,
+                                    pool={"math/arith": 96, "mhqa/lookup": 32}, pool_samples=8)
     preset.eval = dataclasses.replace(preset.eval, val_tasks={"math/arith": 160, "mhqa/lookup": 64})
     return preset
 
 
 def _gpu_3b_qlora() -> Preset:
-    """One 24 GB GPU (L4, A10) in an afternoon: Qwen2.5-3B-Instruct, 4-bit QLoRA, the paper's group
-    size. `coa-lab plan --preset gpu-3b-qlora --gpu L4` plans SFT + pool screening + RL at ~3.2 h
-    (docs/scaling.md, "One GPU in an afternoon"): every size below is chosen for that budget."""
+    """One 24 GB GPU (L4, A10): Qwen2.5-3B-Instruct, 4-bit QLoRA, the paper's group size. `coa-lab
+    plan --preset gpu-3b-qlora --gpu L4`: SFT + screening + RL ~3.2 h, 6.9 h with the local teacher's
+    capture and evaluation (docs/scaling.md, "One GPU in an afternoon")."""
     return Preset(
         name="gpu-3b-qlora",
         model=ModelConfig(name="Qwen/Qwen2.5-3B-Instruct", dtype="bfloat16", load_in_4bit=True,

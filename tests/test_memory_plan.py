@@ -329,3 +329,17 @@ def test_plan_needs_neither_torch_nor_transformers():
             "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_plan_counts_capture_and_evaluation():
+    """The whole recipe: the local teacher's agent calls and the three systems' evaluation are
+    priced like rollouts; a remote teacher's capture is the endpoint's time, not this GPU's."""
+    preset = get_preset("gpu-3b-qlora")
+    t = step_time(preset, gpu="L4")
+    assert t.capture_hours > 0 and t.eval_hours > 0
+    assert t.afternoon_hours == pytest.approx(t.total_hours + t.capture_hours + t.eval_hours)
+    remote = get_preset("gpu-3b-qlora", capture={"teacher_url": "http://teacher:8000/v1"})
+    r = step_time(remote, gpu="L4")
+    assert r.capture_hours is None and r.afternoon_hours == pytest.approx(r.total_hours + r.eval_hours)
+    # more evaluation samples cost more
+    assert step_time(get_preset("gpu-3b-qlora", eval={"samples": 6}), gpu="L4").eval_hours > t.eval_hours

@@ -212,7 +212,12 @@ def format_report(r: dict) -> str:
         f"{t['sft_examples']:,} trajectories of ~{t['sft_example_tokens']:,.0f} tokens",
         f"  {'RL pool screening':<36} {_seconds(t['pool_screen_hours'] * 3600):>9}   "
         f"{t['pool_candidates']:,} candidates x {t['pool_samples']} samples",
-        f"  {'SFT + screening + RL':<36} {_seconds(t['total_hours'] * 3600):>9}   capture and evaluation not counted",
+        f"  {'SFT + screening + RL':<36} {_seconds(t['total_hours'] * 3600):>9}   the training",
+        f"  {'capture (the teacher)':<36} "
+        + (f"{_seconds(t['capture_hours'] * 3600):>9}   the local teacher's agent calls" if t["capture_hours"] is not None
+           else f"{'-':>9}   a remote teacher (capture.teacher_url): the endpoint's time"),
+        f"  {'evaluation':<36} {_seconds(t['eval_hours'] * 3600):>9}   base, SFT, RL on test + validation; the teacher",
+        f"  {'the whole recipe':<36} {_seconds(t['afternoon_hours'] * 3600):>9}   capture + training + evaluation",
         *(["  (RL refuses full-parameter training with vLLM sampling today, docs/scaling.md: the RL rows only price it)"]
           if m["lora_r"] == 0 else []),
         "",

@@ -123,6 +123,12 @@ SFT_MFU = 0.15
 UPDATE_MFU = 0.07  # fitted: the two H100 DAPO updates imply 0.062 and 0.083
 BANDWIDTH_EFFICIENCY = 0.6  # assumed: no vLLM decode has been measured (docs/gpu-validation.md)
 RESPONSE_FRACTION = 0.5  # assumed: the average rollout uses half of gen.max_response_tokens
+# The lab's own decoder (gen.backend "hf") on a GPU: a decode step never takes less than this,
+# whatever the FLOPs and bytes say. Fitted to the embedded 135M model's pool screening on an H100
+# (docs/results/gpu_smoke_h100.json: 1,912 rollouts in 8 batches of <= 256 in 279 s, ~160 steps
+# a batch at the planner's response length): Python per token, tool calls between turns and each
+# batch's slowest rows set a small model's pace, not the GPU. vLLM's engine is not held to it.
+DECODER_STEP_FLOOR_S = 0.2
 
 
 def adapter_params(preset: Preset, shape: ModelShape) -> int:
@@ -168,7 +174,11 @@ def decode_seconds(preset: Preset, shape: ModelShape, rollouts: int, prompt: flo
     step_flops = rows * (2 * (matmul_params(shape) + adapter) + 2 * attention_flops(shape, context))
     memory_s = step_bytes / (gpus * gpu.hbm_gbps * 1e9 * bandwidth_efficiency)
     compute_s = step_flops / (gpus * gpu.bf16_tflops * 1e12 * mfu)
-    return batches * response * max(memory_s, compute_s), ("memory" if memory_s >= compute_s else "compute")
+    floor_s = DECODER_STEP_FLOOR_S if preset.gen.backend == "hf" else 0.0
+    bound = "memory" if memory_s >= compute_s else "compute"
+    if floor_s > max(memory_s, compute_s):
+        bound = "decoder-overhead"
+    return batches * response * max(memory_s, compute_s, floor_s), bound
 
 
 def update_seconds(preset: Preset, shape: ModelShape, rollouts: int, length: float, old_logprob_fraction: float,
@@ -199,6 +209,41 @@ def sft_examples(preset: Preset) -> int:
     return captured + preset.distill.imported_per_suite * len(suites)
 
 
+def agent_calls(hops: int) -> int:
+    """Teacher agent activations per capture run of `hops` tool hops: planner, thinker and answer
+    writer, and per hop a tool agent, a reflector and a verifier (the embedded teacher's capture
+    on an H100 logged 6 a run at one hop and 9 at two: docs/results/gpu_smoke_h100.json's run)."""
+    return 3 + 3 * hops
+
+
+def capture_seconds(preset: Preset, shape: ModelShape, gpus: int, gpu: GPUSpec,
+                    bandwidth_efficiency: float, mfu: float, prompt_tokens: int) -> float | None:
+    """The local teacher's capture: every capture task's agent calls of capture.teacher_max_new_tokens
+    (the multi-hop share at its hops), decoded like rollouts. None for a remote teacher
+    (capture.teacher_url): its time is the endpoint's, not this GPU's."""
+    cap = preset.capture
+    if cap.teacher_url:
+        return None
+    calls = (sum(cap.tasks.values()) * agent_calls(cap.max_hops)
+             + sum(cap.multi_hop_tasks.values()) * agent_calls(cap.multi_hop_hops))
+    return decode_seconds(preset, shape, calls, prompt_tokens, cap.teacher_max_new_tokens, gpus, gpu,
+                          bandwidth_efficiency, mfu)[0]
+
+
+def eval_seconds(preset: Preset, shape: ModelShape, gpus: int, gpu: GPUSpec, response: float,
+                 bandwidth_efficiency: float, mfu: float, prompt_tokens: int) -> float:
+    """Evaluation: base, SFT and RL on the test and validation mixes, eval.samples rollouts a task
+    each, and the multi-agent teacher once on the headline tasks (eval.teacher, the cost comparison)."""
+    ev, cap = preset.eval, preset.capture
+    rollouts = 3 * (sum(ev.tasks.values()) + sum(ev.val_tasks.values())) * max(1, ev.samples)
+    seconds = decode_seconds(preset, shape, rollouts, prompt_tokens, response, gpus, gpu, bandwidth_efficiency, mfu)[0]
+    if ev.teacher and not cap.teacher_url:
+        headline = sum(n for key, n in ev.tasks.items() if key in ev.headline)
+        seconds += decode_seconds(preset, shape, headline * agent_calls(cap.max_hops), prompt_tokens,
+                                  cap.teacher_max_new_tokens, gpus, gpu, bandwidth_efficiency, mfu)[0]
+    return seconds
+
+
 @dataclass
 class StepTime:
     gpu: str
@@ -223,7 +268,10 @@ class StepTime:
     pool_candidates: int
     pool_samples: int
     pool_screen_hours: float  # rl.pool candidates x rl.pool_samples rollouts, before RL
-    total_hours: float  # SFT run + pool screening + RL run (capture and evaluation not counted)
+    total_hours: float  # SFT run + pool screening + RL run (the training; capture and evaluation below)
+    capture_hours: float | None  # the local teacher's capture; None for a remote teacher (capture.teacher_url)
+    eval_hours: float  # base, SFT and RL on test + validation, and the teacher on the headline tasks
+    afternoon_hours: float  # everything: capture + SFT + screening + RL + evaluation
     assumptions: dict
 
     def to_dict(self) -> dict:
@@ -270,6 +318,9 @@ def step_time(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", shape:
     rl_run_s = rl.steps * (rollout_s + update_s)
     screen_s = decode_seconds(preset, shape, sum(rl.pool.values()) * rl.pool_samples, prompt_tokens, response, gpus,
                               spec, bandwidth_efficiency, mfu)[0]
+    capture_s = capture_seconds(preset, shape, gpus, spec, bandwidth_efficiency, mfu, prompt_tokens)
+    eval_s = eval_seconds(preset, shape, gpus, spec, response, bandwidth_efficiency, mfu, prompt_tokens)
+    train_s = sft_run_s + screen_s + rl_run_s
     return StepTime(
         gpu=spec.name, gpus=gpus, sft_tokens_per_step=sft_tokens, sft_flops_per_token=sft_per_token,
         sft_seconds=sft_s, sft_tokens_per_s=sft_tokens / sft_s, rl_rollouts=rollouts, rl_response_tokens=response,
@@ -278,7 +329,9 @@ def step_time(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", shape:
         rl_run_hours=rl_run_s / 3600, sft_epochs=preset.sft.epochs, sft_examples=examples, sft_example_tokens=example_tokens,
         sft_run_hours=sft_run_s / 3600, pool_candidates=sum(rl.pool.values()),
         pool_samples=rl.pool_samples, pool_screen_hours=screen_s / 3600,
-        total_hours=(sft_run_s + screen_s + rl_run_s) / 3600,
+        total_hours=train_s / 3600,
+        capture_hours=None if capture_s is None else capture_s / 3600, eval_hours=eval_s / 3600,
+        afternoon_hours=(train_s + (capture_s or 0.0) + eval_s) / 3600,
         assumptions=dict(mfu=mfu, update_mfu=update_mfu, bandwidth_efficiency=bandwidth_efficiency,
                          response_fraction=response_fraction, prompt_tokens=prompt_tokens,
                          old_logprob_fraction=old_logprob_fraction(preset)),
