@@ -244,7 +244,8 @@ def test_extract_code_variants() -> None:
 
 def test_missing_bwrap_message(monkeypatch) -> None:
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
-    with pytest.raises(SandboxUnavailableError, match=r"bubblewrap \(bwrap\) is not installed.*allow_unsandboxed=True"):
+    with pytest.raises(SandboxUnavailableError,
+                       match=r"bubblewrap \(bwrap\) is not installed.*E2B_API_KEY.*allow_unsandboxed=True"):
         run_python("print(1)")
     obs = CodeTool()("print(1)")  # the tool turns it into an observation
     assert not obs.ok and "bubblewrap (bwrap) is not installed" in obs.text
@@ -259,8 +260,9 @@ def test_broken_bwrap_is_reported(monkeypatch, tmp_path) -> None:
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: str(fake))
-    with pytest.raises(SandboxUnavailableError, match="trial sandbox failed.*namespace"):
+    with pytest.raises(SandboxUnavailableError, match="trial sandbox failed.*namespace") as exc:
         sandbox.check_sandbox()
+    assert "E2B_API_KEY" in str(exc.value)  # the ways out where bwrap cannot run here
 
 
 def test_unsandboxed_timeout_kills_group() -> None:

@@ -50,9 +50,13 @@ _UID_BASE, _UID_SPAN = 200_000, 50_000
 _uid_counter = 0
 _uid_lock = threading.Lock()
 
+# Where bwrap cannot run (macOS, a container without user namespaces, some notebooks hosts), the
+# ways out, named in every such error: E2B's remote sandbox, or an explicit unsafe opt-in.
+WAYS_OUT = ("Or run model-written code in E2B's remote sandbox: set E2B_API_KEY (the `code` tool then "
+            "uses it; pip install e2b-code-interpreter). Or, on a machine you own, CodeTool(allow_unsandboxed=True) "
+            "runs it without isolation (unsafe).")
 BWRAP_MISSING = (
-    "bubblewrap (bwrap) is not installed; run `make demo`/`apt-get install bubblewrap`, "
-    "or pass allow_unsandboxed=True to run without isolation (unsafe)"
+    "bubblewrap (bwrap) is not installed; run `make setup` / `apt-get install bubblewrap`. " + WAYS_OUT
 )
 
 # Runs inside the sandbox as `python -I -B -c BOOTSTRAP CONFIG_JSON`, code on stdin.
@@ -221,8 +225,7 @@ def check_sandbox() -> str:
                 "Typical causes: user namespaces are disabled (sysctl "
                 "kernel.unprivileged_userns_clone=1 / kernel.apparmor_restrict_unprivileged_userns=0), "
                 "a container without CAP_SYS_ADMIN, or (as root) interpreter files not "
-                "world-readable for the sandbox's unprivileged uid. Pass allow_unsandboxed=True to run "
-                "without isolation (unsafe)."
+                "world-readable for the sandbox's unprivileged uid. " + WAYS_OUT
             )
         failure = _probe_cache[key]
     if failure is not None:
