@@ -13,6 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from coa_lab.field_types import checked_value
+
 EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
 
 
@@ -334,6 +336,25 @@ def _gpu_3b_qlora() -> Preset:
     )
 
 
+def _colab_t4() -> Preset:
+    """Colab's free 16 GB T4 (fp16: models.effective_dtype): Qwen2.5-1.5B-Instruct, 4-bit QLoRA, its
+    own teacher unless capture.teacher_url names a stronger one (docs/colab.md); `coa-lab plan
+    --preset colab-t4 --gpu T4`: ~1 h at vLLM's pace. Never run yet."""
+    return Preset(
+        name="colab-t4",
+        model=ModelConfig(name="Qwen/Qwen2.5-1.5B-Instruct", dtype="bfloat16", load_in_4bit=True, lora_r=32,
+                          lora_alpha=64, gradient_checkpointing=True),
+        gen=GenerationConfig(backend="auto", max_new_tokens=512, max_turns=6, max_response_tokens=1024,
+                             batch_size=128, kv_budget_gib=5.0, observation_chars=1000),
+        capture=CaptureConfig(tasks={"math/gsm8k": 150, "mhqa/hotpotqa": 100}, max_hops=3, teacher_max_new_tokens=384),
+        distill=DistillConfig(imported_per_suite=100, max_trajectory_tokens=1536),
+        sft=SFTConfig(epochs=2, learning_rate=1e-4, batch_size=4, grad_accum=4, max_length=2048, warmup_ratio=0.03),
+        rl=RLConfig(steps=12, prompts_per_step=8, group_size=8, learning_rate=5e-6, mini_batches=1, overlong_buffer=128,
+                    temperature=1.0, pool={"math/gsm8k": 64, "mhqa/hotpotqa": 32}, pool_min_pass=0.1, pool_max_pass=0.9),
+        eval=EvalConfig(tasks={"math/gsm8k": 100, "mhqa/hotpotqa": 100}, headline=("math/gsm8k", "mhqa/hotpotqa"),
+                        val_tasks={}, teacher=False))
+
+
 def _multinode_32b() -> Preset:
     """Many nodes: the paper's full 32B fine-tune for SFT under `accelerate launch` with DeepSpeed
     ZeRO-3 (configs/zero3.yaml); RL as a LoRA on that model, data parallel, sampling from a
@@ -365,30 +386,9 @@ PRESETS = {
     "cpu-smoke": _cpu_smoke,
     "gpu-smoke": _gpu_smoke,
     "gpu-3b-qlora": _gpu_3b_qlora,
+    "colab-t4": _colab_t4,
     "multinode-32b": _multinode_32b,
 }
-
-
-def _checked(where: str, annotation: str, value: Any) -> Any:
-    """`value` as the field's declared type wants it (an int where a float is declared becomes a
-    float, a JSON list a tuple); anything else is a ValueError naming the field and the type, so
-    `--set rl.steps=abc` fails at once rather than deep inside a stage."""
-    kinds = {part.strip().split("[")[0] for part in annotation.split("|")}
-    if value is None and "None" in kinds:
-        return None
-    if isinstance(value, bool):
-        ok = "bool" in kinds
-    elif isinstance(value, int) and "int" not in kinds and "float" in kinds:
-        return float(value)
-    elif isinstance(value, (int, float, str)):
-        ok = type(value).__name__ in kinds
-    elif isinstance(value, (list, tuple)) and "tuple" in kinds:
-        return tuple(value)
-    else:
-        ok = type(value).__name__ in kinds
-    if not ok:
-        raise ValueError(f"{where} must be {annotation}, got {value!r}")
-    return value
 
 
 def get_preset(name: str = "cpu-tiny", **overrides: dict[str, Any] | Any) -> Preset:
@@ -408,10 +408,10 @@ def get_preset(name: str = "cpu-tiny", **overrides: dict[str, Any] | Any) -> Pre
             unknown = set(values) - set(fields_)
             if unknown:
                 raise ValueError(f"{section} has no field(s) {sorted(unknown)}; fields: {sorted(fields_)}")
-            values = {k: _checked(f"{section}.{k}", str(fields_[k].type), v) for k, v in values.items()}
+            values = {k: checked_value(f"{section}.{k}", str(fields_[k].type), v) for k, v in values.items()}
             setattr(preset, section, dataclasses.replace(current, **values))
         else:
-            setattr(preset, section, _checked(section, str(sections[section].type), values))
+            setattr(preset, section, checked_value(section, str(sections[section].type), values))
     return preset
 
 

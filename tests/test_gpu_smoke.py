@@ -77,3 +77,17 @@ def test_gpu_smoke_publish_writes_rates_from_the_logged_seconds(tmp_path, monkey
     doc = json.loads((tmp_path / "results" / "probe.json").read_text())
     assert doc["stages"]["pool_screening"]["rollouts_per_second"] == 2.0  # 32 rollouts in 16 s
     assert doc["provenance"]["machine"]["gpu"] == "X"
+
+
+def test_colab_t4_fits_a_t4_and_plans_under_two_hours():
+    """The course preset: 4-bit on a 16 GB card, fp16 there (no bf16), the whole recipe planned
+    under 2 h, training and rollouts each within the card with the planner's margin."""
+    from coa_lab.planning.memory_plan import MEMORY_MARGIN, plan, shape_of
+    from coa_lab.planning.step_time import step_time
+
+    preset = get_preset("colab-t4")
+    assert preset.model.load_in_4bit and preset.model.dtype == "bfloat16"  # fp16 on a T4 by effective_dtype
+    t = step_time(preset, gpu="T4")
+    assert t.afternoon_hours <= 2, t.afternoon_hours
+    m = plan(preset, 1, shape_of(preset.model.name))
+    assert m.train_total_gib * MEMORY_MARGIN <= 16 and m.rollout_total_gib * MEMORY_MARGIN <= 16

@@ -50,6 +50,8 @@ GIB = 1024**3
 KNOWN_SHAPES = {
     EMBEDDED_MODEL: dict(hidden=576, layers=30, heads=9, kv_heads=3, head_dim=64,  # SmolLM2-135M-Instruct
                          intermediate=1536, vocab=49152, tied=True),
+    "Qwen/Qwen2.5-1.5B-Instruct": dict(hidden=1536, layers=28, heads=12, kv_heads=2, head_dim=128,
+                                       intermediate=8960, vocab=151936, tied=True),
     "Qwen/Qwen2.5-3B-Instruct": dict(hidden=2048, layers=36, heads=16, kv_heads=2, head_dim=128,
                                      intermediate=11008, vocab=151936, tied=True),
     "Qwen/Qwen2.5-32B-Instruct": dict(hidden=5120, layers=64, heads=40, kv_heads=8, head_dim=128,
