@@ -40,8 +40,9 @@ class GenerationConfig:
     # (vLLM where it is installed and a GPU is present, else "hf": generation/backends.py)
     backend: str = "hf"
     # "vllm" in-process shares the GPU with the trainer: the engine's share of GPU memory (weights
-    # + KV cache); the policy being trained, its optimizer and activations need the rest
-    vllm_memory_fraction: float = 0.5
+    # + KV cache); the policy being trained needs the rest. None: from the plan of this preset on
+    # this card (planning.memory_plan.rl_on_one_card; 0.5 where the model's shape is unknown)
+    vllm_memory_fraction: float | None = None
     server_url: str | None = None  # "vllm-server": the server's OpenAI-compatible base, ".../v1"
     server_api_key_env: str = "VLLM_API_KEY"  # the key is read from this variable, never the preset
     # per turn: generation pauses at every tool call. Must exceed the longest turn in the SFT

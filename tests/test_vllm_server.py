@@ -583,3 +583,25 @@ def test_sampling_through_the_server_returns_the_sampled_tokens_logprobs(lab):
     bad = httpx.post(f"{lab.url}/completions", headers={"Authorization": f"Bearer {lab.key}"},
                      json={"model": "smol", "prompt": lab.prompts[0], "max_tokens": 2, "logprobs": 5})
     assert bad.status_code == 400 and "logprobs" in bad.text
+
+
+def test_the_engines_share_of_the_gpu_comes_from_the_plan(monkeypatch):
+    """gen.vllm_memory_fraction None: the rollout side's planned need on this card, with the
+    planner's margin (planning.memory_plan.rl_on_one_card); a card too small for trainer and
+    sampler together is warned about; an explicit fraction is kept."""
+    import types
+
+    import torch
+
+    import coa_lab.generation.llm as llm
+    from coa_lab.planning.memory_plan import GIB, MEMORY_MARGIN, plan, shape_of
+
+    preset = get_preset("gpu-3b-qlora")
+    assert preset.gen.vllm_memory_fraction is None
+    rollout = plan(preset, 1, shape_of(preset.model.name)).rollout_total_gib
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=80 * GIB))
+    assert llm.vllm_share(preset) == round(rollout * MEMORY_MARGIN / 80, 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=24 * GIB))
+    with pytest.warns(UserWarning, match="tight on this 24 GiB card"):
+        llm.vllm_share(preset)
+    assert llm.vllm_share(get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.4})) == 0.4

@@ -37,7 +37,7 @@ def make_generator(preset, adapter=None, model_name: str | None = None, keep_pre
     backend = resolve_backend(preset.gen.backend)
     if backend == "vllm":
         gen = VLLMGenerator(resolve_model(cfg.name), load_tokenizer(cfg.name), max_lora_rank=max(cfg.lora_r, 8),
-                            gpu_memory_utilization=preset.gen.vllm_memory_fraction)
+                            gpu_memory_utilization=vllm_share(preset))
         gen.set_adapter(adapter)
         return gen
     if backend == "vllm-server":
@@ -50,6 +50,33 @@ def make_generator(preset, adapter=None, model_name: str | None = None, keep_pre
     model, tokenizer = load_model(cfg, adapter=adapter)
     return HFGenerator(model, tokenizer, rollout_batch(preset.gen, model), compute=lambda: compute_context(model, cfg),
                        keep_prefixes=keep_prefixes)
+
+
+def vllm_share(preset) -> float:
+    """The in-process engine's share of the GPU: gen.vllm_memory_fraction where the preset sets
+    one, else what the plan of this preset on this card gives the rollout side (weights + KV
+    cache, with the planner's margin), so that the trainer keeps the rest during RL; 0.5 where
+    the model's shape is unknown to the planner or no GPU answers."""
+    if preset.gen.vllm_memory_fraction is not None:
+        return preset.gen.vllm_memory_fraction
+    import warnings
+
+    import torch
+
+    from coa_lab.planning.memory_plan import GIB, plan, rl_on_one_card, shape_of
+
+    try:
+        card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
+        memory = plan(preset, 1, shape_of(preset.model.name))
+    except (ValueError, RuntimeError, AssertionError) as exc:
+        warnings.warn(f"vLLM's share of the GPU: no plan ({exc}); 0.5 (set gen.vllm_memory_fraction)", stacklevel=2)
+        return 0.5
+    together = rl_on_one_card(memory, card_gib)
+    if together["rl_together"] != "fits":
+        warnings.warn(f"RL with in-process vLLM is {together['rl_together']} on this {card_gib:.0f} GiB card "
+                      f"({together['together_gib']} GiB planned for trainer and sampler): `coa-lab plan` has the "
+                      "breakdown", stacklevel=2)
+    return together["vllm_memory_fraction"]
 
 
 def _full_model_as_base(cfg, adapter):
@@ -91,7 +118,7 @@ def rl_sampler(preset, tokenizer, adapter):
     elif backend == "vllm":
         # the same rank as make_generator's: the same engine settings, so RL shares evaluation's engine
         gen = VLLMGenerator(resolve_model(cfg.name), tokenizer, max_lora_rank=max(preset.model.lora_r, 8),
-                            gpu_memory_utilization=preset.gen.vllm_memory_fraction)
+                            gpu_memory_utilization=vllm_share(preset))
     else:
         raise ValueError(f"no RL sampler for gen.backend={preset.gen.backend!r}; use 'vllm' or 'vllm-server'")
     gen.set_adapter(adapter)

@@ -233,6 +233,17 @@ def plan(preset: Preset, gpus: int = 1, shape: ModelShape | None = None,
 MEMORY_MARGIN = 1.3
 
 
+def rl_on_one_card(memory: MemoryPlan, memory_gib: float) -> dict:
+    """An in-process vLLM engine holds its weights and KV cache while the trainer holds the policy,
+    its optimizer and activations, on the same card during RL: the two must fit together. The
+    engine's share of the card (vLLM's gpu_memory_utilization) is the rollout side's planned need
+    with the margin, within [0.1, 0.9]."""
+    together = memory.train_total_gib + memory.rollout_total_gib
+    share = min(0.9, max(0.1, memory.rollout_total_gib * MEMORY_MARGIN / memory_gib))
+    return {"rl_together": fit_verdict(together, memory_gib), "together_gib": round(together, 2),
+            "vllm_memory_fraction": round(share, 2)}
+
+
 def fit_verdict(total_gib: float, memory_gib: float) -> str:
     if total_gib * MEMORY_MARGIN <= memory_gib:
         return "fits"

@@ -11,7 +11,7 @@ from pathlib import Path
 from coa_lab.config import Preset, get_preset
 from coa_lab.lm_head import CHUNK
 from coa_lab.paths import PROJECT_ROOT
-from coa_lab.planning.memory_plan import MEMORY_MARGIN, ModelShape, fit_verdict, plan, shape_of
+from coa_lab.planning.memory_plan import MEMORY_MARGIN, ModelShape, fit_verdict, plan, rl_on_one_card, shape_of
 from coa_lab.planning.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MFU, GPUSpec, decode_seconds,
                                         gpu_spec, step_time, update_seconds)
 
@@ -153,7 +153,9 @@ def planner_report(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", s
         "memory_gib": memory.to_dict(),
         "fits": {"train": fit_verdict(memory.train_total_gib, spec.memory_gib),
                  "rollout": fit_verdict(memory.rollout_total_gib, spec.memory_gib),
-                 "margin": MEMORY_MARGIN},
+                 "margin": MEMORY_MARGIN,
+                 # RL with vLLM in the same process: trainer and sampler on one card at once
+                 **rl_on_one_card(memory, spec.memory_gib)},
         "time": times.to_dict(),
     }
 
@@ -197,6 +199,8 @@ def format_report(r: dict) -> str:
     lines.append(f"  {'KV cache of the rollout batch':<36} {mem['kv_cache_gib']:>9.2f}   "
                  f"({mem['rollout_batch']} rows x {mem['kv_per_sequence_mib']:.0f} MiB per full-length rollout)")
     lines.append(f"  {'rollout total':<36} {mem['rollout_total_gib']:>9.2f}   {r['fits']['rollout']}")
+    lines.append(f"  {'RL, trainer + in-process vLLM':<36} {r['fits']['together_gib']:>9.2f}   {r['fits']['rl_together']}; "
+                 f"vLLM's share from this plan: {r['fits']['vllm_memory_fraction']}")
     lines += [f"  fits: estimate x {r['fits']['margin']} <= {memory:g} GiB (plan() ran up to 22% under the",
               "  measured H100/H200 peaks); tight: only the estimate itself fits", "", "time per step (estimates)"]
     tokens_per_gpu = t["sft_tokens_per_step"] // r["gpus"]
