@@ -140,3 +140,27 @@ def test_held_frozen_linears_give_bit_identical_autocast_logits_and_restore_the_
     assert base.lm_head.weight is base.model.embed_tokens.weight  # tied again
     for name, p in model.named_parameters():  # the very fp32 tensors are back
         assert p.dtype == torch.float32 and torch.equal(p, before[name]), name
+
+
+def test_the_embedded_tokenizer_decodes_without_the_cleanup_warning(tmp_path):
+    """transformers ignores clean_up_tokenization_spaces=True for a BPE tokenizer and warns on every
+    decode; the converted config says false (models.bpe_without_cleanup), so no decode warns and
+    none changes: spaces before punctuation survive."""
+    import json
+    import subprocess
+    import sys
+
+    from coa_lab.generation.models import bpe_without_cleanup
+
+    folder = tmp_path / "converted"
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text(json.dumps({"clean_up_tokenization_spaces": True, "x": 1}))
+    bpe_without_cleanup(folder)
+    assert json.loads((folder / "tokenizer_config.json").read_text()) == {"clean_up_tokenization_spaces": False, "x": 1}
+    code = ("from coa_lab.generation.models import load_tokenizer\n"
+            "t = load_tokenizer('embedded')\n"
+            "print(repr(t.decode(t('Hello , world !').input_ids)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr("Hello , world !")
+    assert "clean_up_tokenization_spaces" not in done.stderr, done.stderr

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import json
 import os
 import shutil
 from pathlib import Path
@@ -53,6 +54,7 @@ def embedded_model_dir() -> Path:
     # "-v2": the first layout kept the GGUF's wrong end-of-turn token (see below)
     target = cache_dir() / "models" / "smollm2-135m-instruct-v2"
     if (target / "model.safetensors").exists() and (target / "tokenizer.json").exists():
+        bpe_without_cleanup(target)  # folders converted before this setting was written
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -62,6 +64,7 @@ def embedded_model_dir() -> Path:
     # (as in the original HF tokenizer), and generation must stop there.
     tokenizer.eos_token = "<|im_end|>"
     tokenizer.pad_token = "<|im_end|>"
+    tokenizer.clean_up_tokenization_spaces = False  # see bpe_without_cleanup
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # The GGUF load leaves a de-quantized fp32 model flagged as "quantized", which
     # save_pretrained refuses; rebuild a plain model from the config and copy weights.
@@ -79,6 +82,19 @@ def embedded_model_dir() -> Path:
     except OSError:  # another process finished converting first; keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def bpe_without_cleanup(folder: Path) -> None:
+    """The converted tokenizer's config says clean_up_tokenization_spaces = false. The GGUF's says
+    true, which transformers ignores for a BPE tokenizer (it would strip spaces before
+    punctuation) while printing a warning on every decode: the setting changes no output."""
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    if config.get("clean_up_tokenization_spaces") is not False:
+        config["clean_up_tokenization_spaces"] = False
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        tmp.replace(path)  # atomic: a reader never sees half a file
 
 
 def resolve_model(name: str) -> str:
