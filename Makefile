@@ -3,9 +3,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup torch-source bwrap browser demo demo-full test test-slow bench notebooks clean
+.PHONY: setup torch-source kernel bwrap browser demo demo-full test test-slow bench notebooks clean
 
-setup: $(STAMP) bwrap browser
+setup: $(STAMP) bwrap browser kernel
+
+# A named Jupyter kernel for this venv, so VS Code or a system Jupyter finds the lab's Python
+# ("coa-lab (.venv)") without being pointed at it. KERNEL_FLAGS=--prefix DIR installs elsewhere.
+KERNEL_FLAGS ?= --user
+kernel: $(STAMP)
+	@$(PY) -m ipykernel install $(KERNEL_FLAGS) --name coa-lab --display-name "coa-lab (.venv)" >/dev/null
 
 # torch first, and the right build of it. Without a GPU: the CPU build from PyTorch's own CPU
 # index where that is reachable (plain PyPI serves Linux a multi-GB CUDA build), else the default

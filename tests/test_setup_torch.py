@@ -69,3 +69,15 @@ def test_the_setup_recipe_installs_from_the_chosen_source(tmp_path):
         script = line.replace("@SRC@", source).replace(".venv-probe/bin/python -m pip", "echo pip")
         out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30).stdout
         assert expected in out and out.count("pip install") == 1, (source, out)
+
+
+def test_setup_registers_a_named_jupyter_kernel_for_the_venv(tmp_path):
+    """`make setup` (its `kernel` step) installs a kernel spec named coa-lab that runs this venv's Python."""
+    import json
+
+    done = subprocess.run(["make", "-s", "kernel", f"KERNEL_FLAGS=--prefix {tmp_path}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "coa-lab" / "kernel.json").read_text())
+    assert spec["display_name"] == "coa-lab (.venv)"
+    assert Path(spec["argv"][0]) == ROOT / ".venv" / "bin" / "python"  # the venv's, not the system's
