@@ -51,7 +51,6 @@ class GenerationConfig:
     max_new_tokens: int = 160
     max_turns: int = 3  # tool calls + final answer
     max_response_tokens: int = 320  # whole trajectory budget (model + observation tokens)
-    temperature: float = 0.7
     top_p: float = 1.0
     # rows decoded together. On CPU a decode step's matmuls get ~3x more done per token at 64
     # rows than at 8 (benchmarks/bench_rollouts.py), and finished rows leave the batch

@@ -155,3 +155,12 @@ def test_multinode_is_full_finetune():
     p = get_preset("multinode-32b")
     assert p.model.lora_r == 0 and p.model.load_in_4bit is False
     assert p.rl.group_size == 8 and (p.rl.clip_low, p.rl.clip_high) == (0.2, 0.28)
+
+
+def test_a_sampling_temperature_is_set_where_it_is_used_not_in_gen():
+    """Every stage passes its own temperature (eval.temperature, rl.temperature, the pool's at
+    rl.temperature); a gen.temperature that no rollout read would make `--set gen.temperature=X`
+    a silent no-op, so the field does not exist and asking for it is an error."""
+    with pytest.raises(ValueError, match="gen has no field"):
+        get_preset("cpu-tiny", gen={"temperature": 0.5})
+    assert get_preset("cpu-tiny", rl={"temperature": 1.0}).rl.temperature == 1.0

@@ -55,15 +55,16 @@ def task_messages(profile: str, question: str, tools: list[str]) -> list[dict]:
 
 
 def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int = 1,
-            temperature: float | None = None, progress: str | None = None) -> list[Rollout]:
+            temperature: float = 0.0, progress: str | None = None) -> list[Rollout]:
     """Roll out `samples` CoA trajectories per task. Returns them grouped: task0 x samples, ...
+
+    temperature: each stage passes its own (eval.temperature, rl.temperature); 0 is greedy.
 
     tools: a ToolRegistry; each task's profile decides which of its tools are announced.
     progress: a label for a tqdm bar over finished rollouts (None: no bar).
     """
     from coa_lab.progress import progress_bar
 
-    temperature = cfg.temperature if temperature is None else temperature
     tok = generator.tokenizer
     rollouts: list[Rollout] = []
     for task in tasks:
@@ -213,7 +214,7 @@ def _run_tools(tools, pending, seen_calls, timeout_s: float = 60.0):
 
 
 def run_coa_across_ranks(generator, tasks: list, tools, cfg: GenerationConfig, samples: int = 1,
-                         temperature: float | None = None, progress: str | None = None) -> list[Rollout]:
+                         temperature: float = 0.0, progress: str | None = None) -> list[Rollout]:
     """`run_coa` with the rows (task x sample) split over the ranks of a launched run
     (coa_lab/distributed.py): each rank rolls out and runs the tools for its contiguous share,
     and every rank gets all the rollouts back, in the order `run_coa` returns them. One rank:
