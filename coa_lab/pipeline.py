@@ -80,6 +80,20 @@ def by_benchmark(tasks: list, mix: dict[str, int]) -> dict[str, list]:
     return out
 
 
+def _engine_share(preset: Preset) -> Preset:
+    """gen.vllm_memory_fraction from the plan where the preset leaves it to the plan and vLLM may
+    run in this process (planning.memory_plan.with_engine_share)."""
+    if preset.gen.vllm_memory_fraction is not None or preset.gen.backend not in ("vllm", "auto"):
+        return preset
+    from coa_lab.generation.backends import resolve_backend
+
+    if resolve_backend(preset.gen.backend) != "vllm":
+        return preset
+    from coa_lab.planning.memory_plan import with_engine_share
+
+    return with_engine_share(preset)
+
+
 def make_tools(preset: Preset):
     from coa_lab.protocol import PROFILE_TOOLS
     from coa_lab.tools.registry import build_tools
@@ -94,6 +108,7 @@ def make_tools(preset: Preset):
 def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
     """The teacher on the capture tasks, appended run by run to capture/traces.jsonl; on a
     folder that already has traces it resumes (agents/capture.py): every task exactly once."""
+    preset = _engine_share(preset)
     from coa_lab.agents.capture import capture_runs, make_teacher, teacher_name
     from coa_lab.evaluate import teacher_eval
 
@@ -214,6 +229,7 @@ def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
 def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False) -> dict:
     """Pool screening, then DAPO. `reuse_pool`: train on the screening already in rl/pool.json
     (benchmarks/bench_rl_seeds.py screens once and varies only RL's own randomness after)."""
+    preset = _engine_share(preset)
     from coa_lab.rl.checkpoint import latest_rl_checkpoint
     from coa_lab.rl.pool import PoolReport, select_pool
     from coa_lab.rl.trainer import rl_seed, train_rl
@@ -277,6 +293,7 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
 def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", "sft", "rl")) -> dict:
     """Base / SFT / RL single models on the held-out mix, and the multi-agent teacher on the
     headline (learnable) tasks: the paper's cost comparison on the same tasks."""
+    preset = _engine_share(preset)
     from coa_lab.agents.capture import capture_runs, make_teacher, teacher_name
     from coa_lab.evaluate import evaluate, save_eval, teacher_eval
 

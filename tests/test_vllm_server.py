@@ -586,22 +586,25 @@ def test_sampling_through_the_server_returns_the_sampled_tokens_logprobs(lab):
 
 
 def test_the_engines_share_of_the_gpu_comes_from_the_plan(monkeypatch):
-    """gen.vllm_memory_fraction None: the rollout side's planned need on this card, with the
-    planner's margin (planning.memory_plan.rl_on_one_card); a card too small for trainer and
-    sampler together is warned about; an explicit fraction is kept."""
+    """gen.vllm_memory_fraction None: the pipeline's stages fill it with the rollout side's planned
+    need on this card, with the planner's margin (planning.memory_plan.with_engine_share); a card
+    too small for trainer and sampler together is warned about; an explicit fraction is kept, and
+    a generator built straight from an unfilled preset takes 0.5."""
     import types
 
     import torch
 
     import coa_lab.generation.llm as llm
-    from coa_lab.planning.memory_plan import GIB, MEMORY_MARGIN, plan, shape_of
+    from coa_lab.planning.memory_plan import GIB, MEMORY_MARGIN, plan, shape_of, with_engine_share
 
     preset = get_preset("gpu-3b-qlora")
-    assert preset.gen.vllm_memory_fraction is None
+    assert preset.gen.vllm_memory_fraction is None and llm.vllm_share(preset) == 0.5
     rollout = plan(preset, 1, shape_of(preset.model.name)).rollout_total_gib
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=80 * GIB))
-    assert llm.vllm_share(preset) == round(rollout * MEMORY_MARGIN / 80, 2)
+    filled = with_engine_share(preset)
+    assert llm.vllm_share(filled) == round(rollout * MEMORY_MARGIN / 80, 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=24 * GIB))
     with pytest.warns(UserWarning, match="tight on this 24 GiB card"):
-        llm.vllm_share(preset)
-    assert llm.vllm_share(get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.4})) == 0.4
+        with_engine_share(preset)
+    explicit = get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.4})
+    assert with_engine_share(explicit) is explicit and llm.vllm_share(explicit) == 0.4

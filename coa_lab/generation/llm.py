@@ -53,30 +53,11 @@ def make_generator(preset, adapter=None, model_name: str | None = None, keep_pre
 
 
 def vllm_share(preset) -> float:
-    """The in-process engine's share of the GPU: gen.vllm_memory_fraction where the preset sets
-    one, else what the plan of this preset on this card gives the rollout side (weights + KV
-    cache, with the planner's margin), so that the trainer keeps the rest during RL; 0.5 where
-    the model's shape is unknown to the planner or no GPU answers."""
-    if preset.gen.vllm_memory_fraction is not None:
-        return preset.gen.vllm_memory_fraction
-    import warnings
-
-    import torch
-
-    from coa_lab.planning.memory_plan import GIB, plan, rl_on_one_card, shape_of
-
-    try:
-        card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
-        memory = plan(preset, 1, shape_of(preset.model.name))
-    except (ValueError, RuntimeError, AssertionError) as exc:
-        warnings.warn(f"vLLM's share of the GPU: no plan ({exc}); 0.5 (set gen.vllm_memory_fraction)", stacklevel=2)
-        return 0.5
-    together = rl_on_one_card(memory, card_gib)
-    if together["rl_together"] != "fits":
-        warnings.warn(f"RL with in-process vLLM is {together['rl_together']} on this {card_gib:.0f} GiB card "
-                      f"({together['together_gib']} GiB planned for trainer and sampler): `coa-lab plan` has the "
-                      "breakdown", stacklevel=2)
-    return together["vllm_memory_fraction"]
+    """The in-process engine's share of the GPU: gen.vllm_memory_fraction. The pipeline's stages
+    fill it from the plan of the preset on this card when the preset leaves it None
+    (planning.memory_plan.with_engine_share); a caller that builds a generator directly from such
+    a preset gets 0.5."""
+    return 0.5 if preset.gen.vllm_memory_fraction is None else preset.gen.vllm_memory_fraction
 
 
 def _full_model_as_base(cfg, adapter):

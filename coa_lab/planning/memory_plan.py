@@ -244,6 +244,32 @@ def rl_on_one_card(memory: MemoryPlan, memory_gib: float) -> dict:
             "vllm_memory_fraction": round(share, 2)}
 
 
+def with_engine_share(preset: Preset) -> Preset:
+    """The preset with gen.vllm_memory_fraction filled from the plan of it on this card (the
+    rollout side's need with the margin, rl_on_one_card), when it is None and a GPU answers; a
+    pair of trainer and sampler that does not fit with the margin is warned about. Unchanged
+    otherwise, or where the model's shape is unknown (the engine then takes 0.5)."""
+    import dataclasses
+    import warnings
+
+    if preset.gen.vllm_memory_fraction is not None:
+        return preset
+    try:
+        import torch
+
+        card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
+        together = rl_on_one_card(plan(preset, 1, shape_of(preset.model.name)), card_gib)
+    except (ValueError, RuntimeError, AssertionError) as exc:
+        warnings.warn(f"vLLM's share of the GPU: no plan ({exc}); 0.5 (set gen.vllm_memory_fraction)", stacklevel=2)
+        return preset
+    if together["rl_together"] != "fits":
+        warnings.warn(f"RL with in-process vLLM is {together['rl_together']} on this {card_gib:.0f} GiB card "
+                      f"({together['together_gib']} GiB planned for trainer and sampler): `coa-lab plan` has the "
+                      "breakdown", stacklevel=2)
+    gen = dataclasses.replace(preset.gen, vllm_memory_fraction=together["vllm_memory_fraction"])
+    return dataclasses.replace(preset, gen=gen)
+
+
 def fit_verdict(total_gib: float, memory_gib: float) -> str:
     if total_gib * MEMORY_MARGIN <= memory_gib:
         return "fits"
