@@ -3,8 +3,8 @@
 # against its SFT-only control from the SFT adapter that run trained (the arms of
 # benchmarks/bench_rl_seeds.py, validation split), each part bounded in time so that a lent
 # machine returns what finished. Results: $OUT/gpu_smoke.tar.gz (summaries, timing, report,
-# per-task scores, RL metrics) and $OUT/log.txt; benchmarks/gpu_smoke_publish.py turns them into
-# docs/results/gpu_smoke.json and gpu_smoke_arms.json.
+# per-task scores, RL metrics) and $OUT/log.txt; benchmarks/gpu_smoke_publish.py turns the run
+# folder into docs/results/<name>.json (gpu_smoke_h100.json for the H100 run).
 #
 #   OUT=/tmp/out SECONDS_BUDGET=560 benchmarks/gpu_smoke.sh [SEEDS...]
 #
