@@ -290,3 +290,29 @@ def test_machine_peak_measures_a_positive_rate():
     from coa_lab.machine import matmul_gflops
 
     assert matmul_gflops(torch.float32, seconds=0.05, size=64) > 0
+
+
+# ----------------------------------------------------------------------------- RL tokens (notebook 04)
+
+
+def test_advantage_tokens_html_colours_policy_tokens_and_strikes_observations():
+    from coa_lab.generation.models import load_tokenizer
+    from coa_lab.viz.rl_tokens import advantage_tokens_html
+
+    tok = load_tokenizer("embedded")
+    ids = tok("<think>2+2</think><observation>4 <i>x</i></observation><answer>4</answer>",
+              add_special_tokens=False)["input_ids"]
+    mask = [0 if 6 <= i < 14 else 1 for i in range(len(ids))]
+    for advantage, kind in ((1.2, "up"), (-0.7, "down"), (0.0, "zero")):
+        out = advantage_tokens_html(tok, ids, mask, advantage)
+        classes = re.findall(r'class="coa-rl-tok coa-rl-(\w+)"', out)
+        assert classes == [kind if m else "masked" for m in mask]
+        assert "&lt;" in out and "<i>" not in out and "<observation" not in out  # escaped, never markup
+    grad = [0.0 if (m == 0 or i % 2) else -0.01 for i, m in enumerate(mask)]
+    out = advantage_tokens_html(tok, ids, mask, 1.0, grad=grad, max_tokens=5)
+    assert len(re.findall(r'class="coa-rl-tok ', out)) == 5 and f"({len(ids) - 5} more tokens)" in out
+    assert "d loss / d log p = -1.00e-02" in out and "opacity:0.45" in out
+    with pytest.raises(ValueError, match="response_mask has"):
+        advantage_tokens_html(tok, ids, mask[:-1], 1.0)
+    with pytest.raises(ValueError, match="grad has"):
+        advantage_tokens_html(tok, ids, mask, 1.0, grad=grad[:-1])
