@@ -10,6 +10,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from coa_lab.exercises.notebook_cells import self_test_cells
 from coa_lab.paths import PROJECT_ROOT
 
 NOTEBOOKS = sorted((PROJECT_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -30,6 +31,10 @@ def test_notebook_runs_in_smoke_mode(path: Path, shared_runs, monkeypatch):
     monkeypatch.setenv("COA_LAB_SMOKE", "1")
     monkeypatch.setenv("COA_LAB_RUNS", str(shared_runs))  # notebooks write runs here, not into the repo
     nb = nbformat.read(path, as_version=4)
+    # after the lesson, each exercise's solution through its check, and a near-miss (coa_lab/exercises)
+    added = self_test_cells(nb)
+    nb.cells += [nbformat.v4.new_code_cell("from coa_lab.exercises import check, wrong_answer")] * bool(added)
+    nb.cells += [nbformat.v4.new_code_cell(code) for code in added]
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors

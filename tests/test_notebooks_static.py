@@ -44,7 +44,9 @@ def test_skeleton_headings_in_order(path):
         sections.append(SKELETON.index(match))
     assert sorted(set(sections)) == list(range(len(SKELETON))), f"{path.name} lacks {set(SKELETON) - {SKELETON[i] for i in sections}}"
     assert sections == sorted(sections), f"{path.name}: sections out of order: {_h2(nb)}"
-    exercises = next("".join(c.source) for c in nb.cells if "## Exercises" in "".join(c.source))
+    start = next(i for i, c in enumerate(nb.cells) if "## Exercises" in "".join(c.source))
+    end = next((i for i, c in enumerate(nb.cells) if i > start and "## Troubleshooting" in "".join(c.source)), None)
+    exercises = "".join("".join(c.source) for c in nb.cells[start:end] if c.cell_type == "markdown")
     assert "★★" in exercises and "★ " in exercises, f"{path.name}: exercises come in tiers (★, ★★, ★★★)"
 
 

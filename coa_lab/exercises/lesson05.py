@@ -1,0 +1,3 @@
+"""Lesson 05's exercises."""
+
+from __future__ import annotations

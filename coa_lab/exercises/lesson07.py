@@ -1,0 +1,3 @@
+"""Lesson 07's exercises."""
+
+from __future__ import annotations
