@@ -343,3 +343,26 @@ def test_the_plan_counts_capture_and_evaluation():
     assert r.capture_hours is None and r.afternoon_hours == pytest.approx(r.total_hours + r.eval_hours)
     # more evaluation samples cost more
     assert step_time(get_preset("gpu-3b-qlora", eval={"samples": 6}), gpu="L4").eval_hours > t.eval_hours
+
+
+def test_a_larger_local_teacher_is_priced_with_its_own_shape():
+    """capture.teacher_model names the teacher the capture decodes with: a 7B teacher costs more
+    than the 3B student teaching itself, its weights are reported against the card, and a
+    remote teacher is the endpoint's time."""
+    from coa_lab.planning.plan_report import format_report, planner_report
+
+    own = step_time(get_preset("gpu-3b-qlora"), gpu="L4")
+    seven = step_time(get_preset("gpu-3b-qlora", capture={"teacher_model": "Qwen/Qwen2.5-7B-Instruct"}), gpu="L4")
+    assert own.teacher is None and seven.teacher == "Qwen/Qwen2.5-7B-Instruct"
+    assert seven.capture_hours > 1.5 * own.capture_hours and seven.eval_hours > own.eval_hours
+    assert seven.total_hours == own.total_hours  # the training is the student's, whoever taught it
+    assert 13 < seven.teacher_weights_gib < 16  # 7.6B parameters in bf16
+    big = get_preset("gpu-3b-qlora", capture={"teacher_model": "Qwen/Qwen2.5-14B-Instruct"})
+    assert "does NOT fit 24 GiB" in format_report(planner_report(big, gpu="L4"))
+    assert "Qwen2.5-14B-Instruct" in format_report(planner_report(big, gpu="H100")) and \
+        "does NOT fit" not in format_report(planner_report(big, gpu="H100"))
+    remote = step_time(get_preset("gpu-3b-qlora", capture={"teacher_model": "Qwen/Qwen2.5-14B-Instruct",
+                                                           "teacher_url": "http://127.0.0.1:8000/v1"}), gpu="L4")
+    assert remote.capture_hours is None and remote.teacher is None
+    with pytest.raises(ValueError, match="no shape known"):
+        step_time(get_preset("gpu-3b-qlora", capture={"teacher_model": "/nonexistent/teacher"}), gpu="L4")

@@ -316,3 +316,17 @@ def test_advantage_tokens_html_colours_policy_tokens_and_strikes_observations():
         advantage_tokens_html(tok, ids, mask[:-1], 1.0)
     with pytest.raises(ValueError, match="grad has"):
         advantage_tokens_html(tok, ids, mask, 1.0, grad=grad[:-1])
+
+
+def test_live_curves_collect_every_step_and_leave_gaps_where_a_row_has_none():
+    import math
+
+    from coa_lab.viz.plots import LiveCurves
+
+    live = LiveCurves({"accuracy": lambda row: row["accuracy"], "gap": lambda row: row.get("logprob_gap")},
+                      title="RL", ylabel="fraction")
+    live.on_step(0, {"accuracy": 0.5, "logprob_gap": 1e-3})
+    live.on_step(1, {"accuracy": 0.75})  # a step without an update logs no gap
+    assert live.values["accuracy"] == [0.5, 0.75]
+    assert live.values["gap"][0] == 1e-3 and math.isnan(live.values["gap"][1])
+    assert live._handle is None  # outside IPython nothing is displayed

@@ -54,6 +54,11 @@ KNOWN_SHAPES = {
                                        intermediate=8960, vocab=151936, tied=True),
     "Qwen/Qwen2.5-3B-Instruct": dict(hidden=2048, layers=36, heads=16, kv_heads=2, head_dim=128,
                                      intermediate=11008, vocab=151936, tied=True),
+    # larger local teachers for the GPU presets' capture (capture.teacher_model; docs/scaling.md)
+    "Qwen/Qwen2.5-7B-Instruct": dict(hidden=3584, layers=28, heads=28, kv_heads=4, head_dim=128,
+                                     intermediate=18944, vocab=152064, tied=False),
+    "Qwen/Qwen2.5-14B-Instruct": dict(hidden=5120, layers=48, heads=40, kv_heads=8, head_dim=128,
+                                      intermediate=13824, vocab=152064, tied=False),
     "Qwen/Qwen2.5-32B-Instruct": dict(hidden=5120, layers=64, heads=40, kv_heads=8, head_dim=128,
                                       intermediate=27648, vocab=152064, tied=False),
 }

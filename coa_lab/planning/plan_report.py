@@ -220,6 +220,9 @@ def format_report(r: dict) -> str:
         f"  {'capture (the teacher)':<36} "
         + (f"{_seconds(t['capture_hours'] * 3600):>9}   the local teacher's agent calls" if t["capture_hours"] is not None
            else f"{'-':>9}   a remote teacher (capture.teacher_url): the endpoint's time"),
+        *([f"  {'':<36} {'':>9}   {t['teacher']}: {t['teacher_weights_gib']:.1f} GiB of bf16 weights, "
+           + ("fits" if t["teacher_weights_gib"] * r["fits"]["margin"] <= memory else "does NOT fit")
+           + f" {memory:g} GiB at the x{r['fits']['margin']} margin (the rest holds its KV cache)"] if t.get("teacher") else []),
         f"  {'evaluation':<36} {_seconds(t['eval_hours'] * 3600):>9}   base, SFT, RL on test + validation; the teacher",
         f"  {'the whole recipe':<36} {_seconds(t['afternoon_hours'] * 3600):>9}   capture + training + evaluation",
         *(["  (RL refuses full-parameter training with vLLM sampling today, docs/scaling.md: the RL rows only price it)"]

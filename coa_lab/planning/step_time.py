@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from coa_lab.config import Preset
 from coa_lab.generation.backends import rows_for_budget
 from coa_lab.planning.memory_plan import (PROMPT_TOKENS, ModelShape, kv_bytes_per_token, lora_params, params_of,
-                                          shape_of, weight_bytes)
+                                          qwen2_biases, shape_of, weight_bytes)
 
 
 # --- hardware --------------------------------------------------------------------------------
@@ -226,8 +226,23 @@ def capture_seconds(preset: Preset, shape: ModelShape, gpus: int, gpu: GPUSpec,
         return None
     calls = (sum(cap.tasks.values()) * agent_calls(cap.max_hops)
              + sum(cap.multi_hop_tasks.values()) * agent_calls(cap.multi_hop_hops))
-    return decode_seconds(preset, shape, calls, prompt_tokens, cap.teacher_max_new_tokens, gpus, gpu,
-                          bandwidth_efficiency, mfu)[0]
+    return decode_seconds(preset, teacher_shape(preset, shape), calls, prompt_tokens, cap.teacher_max_new_tokens,
+                          gpus, gpu, bandwidth_efficiency, mfu)[0]
+
+
+def _teacher_fields(preset: Preset, shape: ModelShape) -> dict:
+    t = teacher_shape(preset, shape)
+    if t is shape or preset.capture.teacher_url:
+        return {}
+    return {"teacher": preset.capture.teacher_model, "teacher_weights_gib": 2 * t.params(qwen2_biases(t)) / 1024**3}
+
+
+def teacher_shape(preset: Preset, shape: ModelShape) -> ModelShape:
+    """The local teacher's shape: the student's (`shape`) unless capture.teacher_model names
+    another model, whose decode is what the capture then costs (a 7B teacher decodes at about
+    a third of a 3B's rate where memory bandwidth bounds it)."""
+    name = preset.capture.teacher_model
+    return shape if not name or name == preset.model.name else shape_of(name)
 
 
 def eval_seconds(preset: Preset, shape: ModelShape, gpus: int, gpu: GPUSpec, response: float,
@@ -239,7 +254,7 @@ def eval_seconds(preset: Preset, shape: ModelShape, gpus: int, gpu: GPUSpec, res
     seconds = decode_seconds(preset, shape, rollouts, prompt_tokens, response, gpus, gpu, bandwidth_efficiency, mfu)[0]
     if ev.teacher and not cap.teacher_url:
         headline = sum(n for key, n in ev.tasks.items() if key in ev.headline)
-        seconds += decode_seconds(preset, shape, headline * agent_calls(cap.max_hops), prompt_tokens,
+        seconds += decode_seconds(preset, teacher_shape(preset, shape), headline * agent_calls(cap.max_hops), prompt_tokens,
                                   cap.teacher_max_new_tokens, gpus, gpu, bandwidth_efficiency, mfu)[0]
     return seconds
 
@@ -273,6 +288,10 @@ class StepTime:
     eval_hours: float  # base, SFT and RL on test + validation, and the teacher on the headline tasks
     afternoon_hours: float  # everything: capture + SFT + screening + RL + evaluation
     assumptions: dict
+    # a local teacher other than the student (capture.teacher_model): its name and bf16 weights,
+    # which the capture holds on the card before training starts; None where the student teaches
+    teacher: str | None = None
+    teacher_weights_gib: float | None = None
 
     def to_dict(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -332,6 +351,7 @@ def step_time(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", shape:
         total_hours=train_s / 3600,
         capture_hours=None if capture_s is None else capture_s / 3600, eval_hours=eval_s / 3600,
         afternoon_hours=(train_s + (capture_s or 0.0) + eval_s) / 3600,
+        **_teacher_fields(preset, shape),
         assumptions=dict(mfu=mfu, update_mfu=update_mfu, bandwidth_efficiency=bandwidth_efficiency,
                          response_fraction=response_fraction, prompt_tokens=prompt_tokens,
                          old_logprob_fraction=old_logprob_fraction(preset)),

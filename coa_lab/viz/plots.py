@@ -88,3 +88,33 @@ def plot_bars(values: dict[str, dict[str, float]], title: str = "", ylabel: str 
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     return fig
+
+
+class LiveCurves:
+    """A curve redrawn after every step of a running stage: pass `live.on_step` to
+    `train_rl(on_step=...)`. `series` maps a label to a function of the step's metrics row (None
+    where the row has no value, e.g. a step without an update). In a notebook the figure is
+    replaced in place (one output, updated); elsewhere nothing is displayed and `values` still
+    collects the points."""
+
+    def __init__(self, series: dict, title: str = "", ylabel: str = ""):
+        self.series, self.title, self.ylabel = series, title, ylabel
+        self.values: dict[str, list[float]] = {name: [] for name in series}
+        self._handle = None
+
+    def on_step(self, step: int, row: dict, model=None) -> None:
+        for name, read in self.series.items():
+            value = read(row)
+            self.values[name].append(float("nan") if value is None else float(value))
+        fig = plot_curves(self.values, title=f"{self.title} (step {step + 1})", ylabel=self.ylabel)
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:  # no IPython: a script's caller reads self.values
+            return
+        if get_ipython() is None:
+            return
+        if self._handle is None:
+            self._handle = display(fig, display_id=True)
+        else:
+            self._handle.update(fig)
