@@ -260,7 +260,7 @@ def _cpu_quick() -> Preset:
     without the validation split. Every stage still does real work on the embedded model; what
     it cannot do is resolve RL's effect: on 64 tasks the paired standard error of RL − SFT
     was 4.7 points (docs/results/demo_cpu-quick.json), above RL's mean effect of 2.5 across 5
-    seeds x 192 tasks of the full recipe (docs/results/rl_seeds.json). `make demo-full` runs cpu-tiny itself (README: both measured)."""
+    seeds x 192 tasks of the full recipe (docs/results/rl_seeds.json). `make demo-full` runs cpu-tiny itself (docs/results.md: both measured)."""
     preset = _cpu_tiny()
     preset.name = "cpu-quick"
     preset.rl = dataclasses.replace(preset.rl, steps=4, pool={"math/arith": 24, "mhqa/lookup": 8})

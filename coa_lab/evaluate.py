@@ -61,7 +61,7 @@ def evaluate(generator, tasks_by_suite: dict[str, list], tools, preset: Preset, 
     result = EvalResult(label)
     # every suite in ONE rollout pass: a decode step costs nearly as much at 4 rows as at 36
     # (it reads every weight either way), so four passes of 48, 16, 4 and 4 rows cost far more
-    # than one of 72 (README "Speed")
+    # than one of 72 (docs/results.md, "Speed")
     every = [t for tasks in tasks_by_suite.values() for t in tasks]
     all_rollouts = run_coa(generator, every, tools, preset.gen, samples=k, temperature=temperature,
                            progress=f"eval {label}")

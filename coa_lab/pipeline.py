@@ -361,7 +361,7 @@ def run_all(preset: Preset, run: Path, log=print) -> dict:
     write_summary(run, preset)
     write_report(run)
     log(f"report: {run / 'report.md'}  ({summaries['total_seconds']} s)")
-    if os.environ.get("COA_LAB_PUBLISH") == "1":  # `COA_LAB_PUBLISH=1 make demo`: the README's demo table
+    if os.environ.get("COA_LAB_PUBLISH") == "1":  # `COA_LAB_PUBLISH=1 make demo`: docs/results.md's figures
         from coa_lab.report import publish_run
 
         name = "demo" if preset.name == "cpu-tiny" else f"demo_{preset.name}"

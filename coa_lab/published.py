@@ -1,8 +1,9 @@
 """Result files a reader can trace: `docs/results/<name>.json`, committed with the code.
 
-A figure the README or a notebook quotes is a link into one of these files, e.g.
+A figure the README, docs/results.md or a notebook quotes is a link into one of these files, e.g.
 ``[0.807](docs/results/rl_seeds.json "sft_test_accuracy")``: the text is the figure, the link
-is the file, the title is the key inside it (dots for nesting, integers for list items, a
+is the file (relative to the page that quotes it, as a code host resolves it: ``results/x.json``
+from docs/results.md), the title is the key inside it (dots for nesting, integers for list items, a
 trailing ``*100`` when the text shows a fraction as points or percent, ``*24`` when it shows an
 accuracy on 24 tasks as a count). `check_figures` reads
 every such link and says which ones the file does not back (tests/test_published_figures.py
@@ -26,10 +27,11 @@ from coa_lab.paths import PROJECT_ROOT
 RESULTS_DIR = PROJECT_ROOT / "docs" / "results"
 # [shown](docs/results/<file>.json "key") -- the key in the title so the link still opens the file;
 # a notebook's figure data (notebooks/figures/<name>.json, coa_lab/viz/plots.save_figure: the date,
-# commit and machine beside what it plots) is linked the same way, from a notebook as figures/<name>.json
+# commit and machine beside what it plots) is linked the same way, from a notebook as figures/<name>.json;
+# a page under docs/ links results/<name>.json, the path a code host resolves from there
 # the shown text may hold one level of balanced brackets, as Markdown's link text may: a
 # parametrized test id such as test_notebook_runs_in_smoke_mode[07_ablations.ipynb]
-LINK = re.compile(r'\[((?:[^\[\]\n]|\[[^\[\]\n]*\])+)\]\(((?:\.\./)*(?:docs/results|notebooks/figures|figures)/[\w.-]+\.json) "([^"\n]+)"\)')
+LINK = re.compile(r'\[((?:[^\[\]\n]|\[[^\[\]\n]*\])+)\]\(((?:\.\./)*(?:docs/results|notebooks/figures|figures|results)/[\w.-]+\.json) "([^"\n]+)"\)')
 
 
 def git_commit(root: Path = PROJECT_ROOT) -> str | None:
@@ -107,7 +109,8 @@ def _shown_number(text: str) -> tuple[float, int] | None:
 
 
 def check_figures(text: str, base: Path = PROJECT_ROOT) -> tuple[int, list[str]]:
-    """(links checked, problems): each linked figure must be the file's value at its key, as
+    """(links checked, problems), each link read from `base`, the folder of the page that quotes
+    it (docs/ for docs/results.md): each linked figure must be the file's value at its key, as
     the text rounds it (0.807 backs 0.8071, not 0.81); a true/false as yes/no or true/false; any
     other value must be equal as text."""
     problems, docs, n = [], {}, 0

@@ -29,6 +29,10 @@ def test_every_exercise_has_a_registered_check_and_a_solution(path):
         assert ex_id in EXERCISES, f"{path.name}: {ex_id} is not registered in coa_lab/exercises"
         assert ex_id.startswith(path.name[:2] + "."), f"{path.name}: {ex_id} belongs to another lesson"
     assert len(self_test_cells(nb)) == len(calls)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    first_check = next(i for i, src in enumerate(code) if "check(" in src)
+    assert any("from coa_lab.exercises import check" in src for src in code[:first_check]), \
+        f"{path.name}: `check` is imported before the first exercise uses it"
 
 
 def test_every_registered_exercise_is_in_its_lesson():

@@ -1,6 +1,6 @@
-"""Every result figure the README and the notebooks quote is a link into a committed file under
-docs/results/ or, for a lesson's own full run, notebooks/figures/ (coa_lab/published.py), and the
-file backs it: no figure is typed by hand."""
+"""Every result figure the README, the pages under docs/ (docs/results.md above all) and the
+notebooks quote is a link into a committed file under docs/results/ or, for a lesson's own full
+run, notebooks/figures/ (coa_lab/published.py), and the file backs it: no figure is typed by hand."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from coa_lab.paths import PROJECT_ROOT
 from coa_lab.published import LINK, RESULTS_DIR, check_figures, figure, publish
 
 NOTEBOOKS = sorted((PROJECT_ROOT / "notebooks").glob("*.ipynb"))
+README = PROJECT_ROOT / "README.md"
+RESULTS_PAGE = PROJECT_ROOT / "docs" / "results.md"  # the results narrative; the README keeps the headline table
+DOC_PAGES = sorted((PROJECT_ROOT / "docs").glob("*.md"))
 
 
 def test_a_figure_is_checked_against_its_file(tmp_path):
@@ -47,6 +50,22 @@ def test_a_figure_may_show_a_parametrized_test_id(tmp_path):
     assert check_figures(bad, tmp_path)[1]
 
 
+def test_a_page_under_docs_links_its_figures_as_a_code_host_resolves_them(tmp_path):
+    """docs/results.md links results/x.json, the path GitHub opens from docs/; checked from the
+    page's own folder, that link reads the file, and a root-relative docs/results/x.json there (a
+    link that would 404 on the code host) does not, nor does results/x.json from the README."""
+    results = tmp_path / "docs" / "results"
+    publish("x", {"acc": 0.8071}, "src", {"cores": 2}, results)
+    assert check_figures('[0.807](results/x.json "acc")', tmp_path / "docs") == (1, [])
+    assert check_figures('[0.81](../docs/results/x.json "acc")', tmp_path / "docs") == (1, [])
+    n, problems = check_figures('[0.807](docs/results/x.json "acc")', tmp_path / "docs")
+    assert n == 1 and "cannot read the file" in problems[0]
+    n, problems = check_figures('[0.807](results/x.json "acc")', tmp_path)  # the README's folder
+    assert n == 1 and "cannot read the file" in problems[0]
+    n, problems = check_figures('[0.80](results/x.json "acc")', tmp_path / "docs")
+    assert n == 1 and "the file says 0.8071" in problems[0]
+
+
 def test_published_files_carry_their_provenance(tmp_path):
     doc = json.loads(publish("x", {"a": 1}, "src", {"fp32_gflops": 150.0}, tmp_path).read_text())
     assert doc["source"] == "src" and doc["provenance"]["machine"] == {"fp32_gflops": 150.0}
@@ -74,7 +93,7 @@ def test_a_count_of_steps_is_the_length_of_their_log(tmp_path):
     assert n == 1 and "len()" in problems[0]
 
 
-@pytest.mark.parametrize("path", [PROJECT_ROOT / "README.md", *NOTEBOOKS], ids=lambda p: Path(p).name)
+@pytest.mark.parametrize("path", [README, *DOC_PAGES, *NOTEBOOKS], ids=lambda p: str(Path(p).relative_to(PROJECT_ROOT)))
 def test_every_quoted_figure_matches_its_file(path):
     if path.suffix == ".ipynb":
         text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
@@ -82,8 +101,10 @@ def test_every_quoted_figure_matches_its_file(path):
         text = path.read_text()
     n, problems = check_figures(text, path.parent)
     assert not problems, "\n".join(problems)
-    if path.name == "README.md":
+    if path == README:
         assert n >= 10  # the README's results are links, not typed figures
+    elif path == RESULTS_PAGE:
+        assert n >= 300  # the results narrative: every figure a link (about 600 today)
     elif path.name[:2] in ("02", "03", "04", "05", "07"):  # lessons whose text reports their full run's figures
         assert n >= 3, f"{path.name}: its measured figures are links into figures/*.json"
 
@@ -91,12 +112,48 @@ def test_every_quoted_figure_matches_its_file(path):
 def test_every_results_file_says_what_produced_it_and_is_quoted():
     files = sorted(RESULTS_DIR.glob("*.json"))
     assert files
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    quoted = {Path(rel).name for _, rel, _ in LINK.findall(readme)}
+    quoted = {Path(rel).name for page in (README, RESULTS_PAGE) for _, rel, _ in LINK.findall(page.read_text())}
     for path in files:
         doc = json.loads(path.read_text())
         assert doc["source"] and {"date", "commit", "machine"} <= doc["provenance"].keys(), path.name
-        assert path.name in quoted, f"{path.name} is committed but the README quotes nothing from it"
+        assert path.name in quoted, f"{path.name} is committed but neither the README nor docs/results.md quotes from it"
+
+
+def test_the_readme_keeps_the_headline_table_and_the_results_page_the_rest():
+    """The README's results are a short headline table (the demo's accuracies, tokens per success,
+    RL against its control as intervals) that sends the reader to docs/results.md."""
+    readme = README.read_text()
+    assert len(readme.splitlines()) <= 210, "the README grew back: results go to docs/results.md"
+    assert "(docs/results.md)" in readme
+    headline = {(Path(rel).name, key) for _, rel, key in LINK.findall(readme)}
+    for key in ("summary.base_accuracy", "summary.sft_accuracy", "summary.rl_accuracy", "summary.tokens_per_success_ratio"):
+        assert ("demo_cpu-quick.json", key) in headline, key
+    for key in ("rl_ptx_minus_control.ci95.0*100", "rl_ptx_minus_control.ci95.1*100", "arms.rl.ci95.0*100", "arms.rl.ci95.1*100"):
+        assert ("rl_arms.json", key) in headline, key
+    page = RESULTS_PAGE.read_text()
+    for section in ("## RL against its control", "## RL across seeds", "## Speed: where a CPU's time goes", "## Notes and limits"):
+        assert section in page, section
+
+
+def test_the_readme_and_the_results_page_link_only_to_what_exists():
+    """Each relative link (a figure's file, a plot, a page, a #section) opens from the page's own
+    folder, as a code host resolves it: text moved between the two pages keeps working links."""
+    import re
+
+    def sections(page: Path) -> set[str]:  # GitHub's anchors: lower case, punctuation dropped, spaces as '-'
+        return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.+)$", page.read_text(), re.M)}
+
+    for page in (README, RESULTS_PAGE):
+        prose = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s\"]+)", prose):
+            if re.match(r"[a-z]+:", target):
+                continue
+            rel, _, section = target.partition("#")
+            linked = (page.parent / rel).resolve() if rel else page
+            assert linked.exists(), f"{page.name}: {target} opens nothing"
+            if section and linked.suffix == ".md":
+                assert section in sections(linked), f"{page.name}: {target} names no section"
 
 
 def test_the_planner_figures_are_what_the_planner_computes_today():
