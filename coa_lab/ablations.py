@@ -8,7 +8,7 @@
 2. DAPO's four techniques, off one at a time: RL from the same SFT adapter, same pool, same
    seed and steps. Each arm's per-step metrics (reward curve, kept groups, rollouts that
    carried a gradient) come from `train_rl`'s own log.
-3. Where rollouts come from (issue 27): the policy's own weights (exact), an int8 copy with
+3. Where rollouts come from: the policy's own weights (exact), an int8 copy with
    truncated importance sampling, and the int8 copy without the correction. Same start, pool,
    seed and steps; per step the probability gap between sampler and trainer, the share of
    tokens whose weight hit the cap and the sampling time; then every arm's final policy,

@@ -1,4 +1,4 @@
-"""Next-token log-probs without a [tokens x vocabulary] logits tensor (issue 28).
+"""Next-token log-probs without a [tokens x vocabulary] logits tensor.
 
 The LM head is the largest tensor of a long-context step: at 8k tokens and Qwen2.5's 151,936
 words, one row's fp32 logits are 4.6 GiB, and autograd keeps them (and their softmax) until the
@@ -36,7 +36,7 @@ CHUNK = 1024
 FUSED_MIN_VERSION = (0, 8, 2)  # liger-kernel: per-token gradients right from this release on
 FUSED_DEVICES = ("cuda",)  # Triton kernels (the tests point this at "cpu" with a reference kernel)
 log = logging.getLogger(__name__)
-# True: every position's logits at once, the path issue 28 replaced. Only for measuring it
+# True: every position's logits at once, the path the chunking replaced. Only for measuring it
 # (benchmarks/gpu_validate.py); nothing else sets it.
 UNCHUNKED = False
 # positions that went through the fused kernel since import: how a measurement proves which path ran

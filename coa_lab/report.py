@@ -140,7 +140,7 @@ def summarize(run: str | Path, headline=None) -> dict:
         "rl_entropy_by_step": [m.get("entropy") for m in metrics],
         "rl_logprob_gap_by_step": [m.get("logprob_gap") for m in metrics],
         "seconds": get(timing, "total_seconds"),
-        # issue 26: the RL stage (screening included) within 40% of the demo's time
+        # the RL stage's share of the demo's time (screening included): RL should not dominate a lesson run
         "rl_time_share": (timing["rl"] / timing["total_seconds"])
         if timing and timing.get("rl") and timing.get("total_seconds") else None,
         "stage_seconds": {k: v for k, v in (timing or {}).items()

@@ -1,4 +1,4 @@
-"""Which backend samples, and how many rows it decodes at once (issue 28).
+"""Which backend samples, and how many rows it decodes at once.
 
 - gen.backend "auto": vLLM where it is installed and a GPU is present (the fast path), else the
   lab's own batched decoder (generation/decoding.py) on whatever device the model is on. One GPU

@@ -2,7 +2,7 @@
 
 transformers' `DynamicCache` appends each decode step's key/value with `torch.cat`, which copies
 every layer's whole cache on every token: profiled on a 2-core CPU, 76% of a batch-36 decode
-step of SmolLM2-135M was `aten::cat` (issue 27). Here each layer holds one buffer
+step of SmolLM2-135M was `aten::cat`. Here each layer holds one buffer
 [rows, kv heads, capacity, head dim]:
 
     write:  buffer[:, :, length] = new key          (one token's worth, in place)

@@ -19,7 +19,7 @@ Every term is a formula you can check by hand (tests/test_memory_plan.py does):
                  and its fp32 gradient), c V x 8 in fp32, with c = min(b s, lm_head.CHUNK): the
                  LM head runs a chunk of positions at a time and recomputes it in the backward
                  (coa_lab/lm_head.py). Unchunked (c = b s, `logits_chunk=None`, what the lab did
-                 before issue 28, and what sharded full fine-tunes still do: ZeRO-3/FSDP gather
+                 before chunking, and what sharded full fine-tunes still do: ZeRO-3/FSDP gather
                  the head's weights inside their own forward only) this is the largest activation
                  of a long sequence: 46 GiB at 4 x 8,192 positions over a 152k vocabulary
     kv cache     rollouts: 2 (K and V) x layers x kv_heads x head_dim x 2 bytes per token, for

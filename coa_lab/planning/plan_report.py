@@ -18,7 +18,7 @@ from coa_lab.planning.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MF
 # --- calibration against the real GPU runs ---------------------------------------------------
 
 VALIDATION_JSON = PROJECT_ROOT / "docs" / "gpu-validation.json"  # H100, 2026-11-23 (before chunking)
-VALIDATION_JSON_CHUNKED = PROJECT_ROOT / "docs" / "results" / "gpu_validation_h200.json"  # H200, issue 28 (2026-11-26)
+VALIDATION_JSON_CHUNKED = PROJECT_ROOT / "docs" / "results" / "gpu_validation_h200.json"  # the H200 run of 2026-11-26
 # the same H200 kind after the GPU autocast fix (models.compute_context): bf16 activations in the update
 VALIDATION_JSON_AUTOCAST = PROJECT_ROOT / "docs" / "results" / "gpu_validation_h200_autocast.json"
 VALIDATION_RUNS = (VALIDATION_JSON, VALIDATION_JSON_CHUNKED, VALIDATION_JSON_AUTOCAST)
