@@ -9,8 +9,8 @@ tensor, to the norm of that RL adapter's change (the same step size, in a random
 SFT, every RL adapter and every control are scored greedily on the same validation tasks, per
 family (accuracy and format validity) and per question template (rl.pool.template_of), with
 each RL adapter's tasks lost and gained against SFT per template: RL's LoRA is shared by every
-template, and a phrase rewarded on one spreads to others (docs/design.md, "Why RL fell, part 2"). A control that scores like SFT while the RL adapter does
-not says the loss is in the direction RL took, not in moving at all (docs/design.md, "Why RL
+template, and a phrase rewarded on one spreads to others (docs/history.md, "Why RL fell, part 2"). A control that scores like SFT while the RL adapter does
+not says the loss is in the direction RL took, not in moving at all (docs/history.md, "Why RL
 fell": the controls scored exactly SFT's figures; RL lost look-up format validity).
 """
 

@@ -39,7 +39,7 @@ from coa_lab.tasks import arithmetic  # noqa: E402
 from coa_lab.tasks.scorers import score  # noqa: E402
 from coa_lab.tasks.suites import load_suite  # noqa: E402
 
-# the relations the SFT set lacks or barely has (docs/design.md, "Look-ups RL cannot reach")
+# the relations the SFT set lacks or barely has (docs/history.md, "Look-ups RL cannot reach")
 RELATIONS = ("father", "mother", "spouse", "country of citizenship", "date of death", "director", "place of birth")
 
 

@@ -195,7 +195,7 @@ class RLConfig:
     # Why: RL's LoRA update is shared by every question template, and a phrase rewarded on one
     # spreads to others it never sampled well. Measured on validation without it: "Start with
     # X, take away Y" (rewarded on warehouse questions) replaced "Only hens lay eggs: X * n"
-    # on farm questions SFT had solved (docs/design.md, "Why RL fell, part 2"). 0: off.
+    # on farm questions SFT had solved (docs/history.md, "Why RL fell, part 2"). 0: off.
     sft_coef: float = 0.0
     sft_rows: int = 8
     # The policy-gradient term's weight: 1 is RL. 0 is the SFT-only control of an RL run: no

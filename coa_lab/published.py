@@ -7,7 +7,8 @@ from docs/results.md), the title is the key inside it (dots for nesting, integer
 trailing ``*100`` when the text shows a fraction as points or percent, ``*24`` when it shows an
 accuracy on 24 tasks as a count). `check_figures` reads
 every such link and says which ones the file does not back (tests/test_published_figures.py
-runs it), so no result figure is typed by hand.
+runs it), so no result figure is typed by hand. A file that only history quotes (a setting since
+changed, a lever not adopted) moves to `docs/results/archive/`, where its links are checked alike.
 
 Each file is written by the run or benchmark that measured it (`publish`), with the date, the
 commit of the code and the machine probe beside the result, because a timing or an accuracy
@@ -28,10 +29,11 @@ RESULTS_DIR = PROJECT_ROOT / "docs" / "results"
 # [shown](docs/results/<file>.json "key") -- the key in the title so the link still opens the file;
 # a notebook's figure data (notebooks/figures/<name>.json, coa_lab/viz/plots.save_figure: the date,
 # commit and machine beside what it plots) is linked the same way, from a notebook as figures/<name>.json;
-# a page under docs/ links results/<name>.json, the path a code host resolves from there
+# a page under docs/ links results/<name>.json, the path a code host resolves from there; a
+# superseded file, quoted only as history, lies in results/archive/ and is linked (and checked) there
 # the shown text may hold one level of balanced brackets, as Markdown's link text may: a
 # parametrized test id such as test_notebook_runs_in_smoke_mode[07_ablations.ipynb]
-LINK = re.compile(r'\[((?:[^\[\]\n]|\[[^\[\]\n]*\])+)\]\(((?:\.\./)*(?:docs/results|notebooks/figures|figures|results)/[\w.-]+\.json) "([^"\n]+)"\)')
+LINK = re.compile(r'\[((?:[^\[\]\n]|\[[^\[\]\n]*\])+)\]\(((?:\.\./)*(?:docs/results(?:/archive)?|notebooks/figures|figures|results(?:/archive)?)/[\w.-]+\.json) "([^"\n]+)"\)')
 
 
 def git_commit(root: Path = PROJECT_ROOT) -> str | None:

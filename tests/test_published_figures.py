@@ -15,6 +15,8 @@ from coa_lab.published import LINK, RESULTS_DIR, check_figures, figure, publish
 NOTEBOOKS = sorted((PROJECT_ROOT / "notebooks").glob("*.ipynb"))
 README = PROJECT_ROOT / "README.md"
 RESULTS_PAGE = PROJECT_ROOT / "docs" / "results.md"  # the results narrative; the README keeps the headline table
+HISTORY_PAGE = PROJECT_ROOT / "docs" / "history.md"  # how the decisions of docs/design.md came to be
+ARCHIVE_DIR = RESULTS_DIR / "archive"  # superseded result files, quoted as history
 DOC_PAGES = sorted((PROJECT_ROOT / "docs").glob("*.md"))
 
 
@@ -66,6 +68,18 @@ def test_a_page_under_docs_links_its_figures_as_a_code_host_resolves_them(tmp_pa
     assert n == 1 and "the file says 0.8071" in problems[0]
 
 
+def test_a_superseded_file_is_linked_and_checked_in_the_archive(tmp_path):
+    """A result file that only history quotes lies in docs/results/archive/: its links read the
+    file there, from docs/ as from the README, and a link left at the old place reads nothing."""
+    publish("old", {"gain": 0.047}, "src", {"cores": 2}, tmp_path / "docs" / "results" / "archive")
+    assert check_figures('[+4.7](results/archive/old.json "gain*100")', tmp_path / "docs") == (1, [])
+    assert check_figures('[+4.7](docs/results/archive/old.json "gain*100")', tmp_path) == (1, [])
+    n, problems = check_figures('[+4.8](results/archive/old.json "gain*100")', tmp_path / "docs")
+    assert n == 1 and "the file says 4.7" in problems[0]
+    n, problems = check_figures('[+4.7](results/old.json "gain*100")', tmp_path / "docs")
+    assert n == 1 and "cannot read the file" in problems[0]
+
+
 def test_published_files_carry_their_provenance(tmp_path):
     doc = json.loads(publish("x", {"a": 1}, "src", {"fp32_gflops": 150.0}, tmp_path).read_text())
     assert doc["source"] == "src" and doc["provenance"]["machine"] == {"fp32_gflops": 150.0}
@@ -109,14 +123,39 @@ def test_every_quoted_figure_matches_its_file(path):
         assert n >= 3, f"{path.name}: its measured figures are links into figures/*.json"
 
 
+def _quoted(*pages: Path) -> set[Path]:
+    """The result files the pages' figure links open, each resolved from its page's folder."""
+    return {(page.parent / rel).resolve() for page in pages for _, rel, _ in LINK.findall(page.read_text())}
+
+
 def test_every_results_file_says_what_produced_it_and_is_quoted():
-    files = sorted(RESULTS_DIR.glob("*.json"))
-    assert files
-    quoted = {Path(rel).name for page in (README, RESULTS_PAGE) for _, rel, _ in LINK.findall(page.read_text())}
-    for path in files:
+    """A current file is quoted by the README or docs/results.md; an archived one (superseded,
+    docs/results/archive/) by docs/results.md or docs/history.md, at its archive path."""
+    files, archived = sorted(RESULTS_DIR.glob("*.json")), sorted(ARCHIVE_DIR.glob("*.json"))
+    assert files and archived
+    current_quotes, history_quotes = _quoted(README, RESULTS_PAGE), _quoted(RESULTS_PAGE, HISTORY_PAGE)
+    expected = [(p, current_quotes, "the README or docs/results.md") for p in files]
+    expected += [(p, history_quotes, "docs/results.md or docs/history.md") for p in archived]
+    for path, quoted, where in expected:
         doc = json.loads(path.read_text())
-        assert doc["source"] and {"date", "commit", "machine"} <= doc["provenance"].keys(), path.name
-        assert path.name in quoted, f"{path.name} is committed but neither the README nor docs/results.md quotes from it"
+        name = path.relative_to(RESULTS_DIR)
+        assert doc["source"] and {"date", "commit", "machine"} <= doc["provenance"].keys(), name
+        assert path.resolve() in quoted, f"{name} is committed but neither {where} quotes from it"
+
+
+def test_every_results_path_named_in_prose_exists():
+    """A result file named as a path (docs/results/x.json in a page, a docstring or a comment) is
+    where the name says: a file moved to the archive leaves no mention at its old place."""
+    import re
+
+    sources = [README, *DOC_PAGES, *sorted((PROJECT_ROOT / "benchmarks").glob("*.py")),
+               *sorted((PROJECT_ROOT / "coa_lab").rglob("*.py"))]
+    named = 0
+    for source in sources:
+        for rel in re.findall(r"docs/results/(?:archive/)?[\w-]+\.(?:json|png)\b", source.read_text()):
+            named += 1
+            assert (PROJECT_ROOT / rel).exists(), f"{source.relative_to(PROJECT_ROOT)} names {rel}: no such file"
+    assert named >= 20
 
 
 def test_the_readme_keeps_the_headline_table_and_the_results_page_the_rest():
@@ -137,14 +176,16 @@ def test_the_readme_keeps_the_headline_table_and_the_results_page_the_rest():
 
 def test_the_readme_and_the_results_page_link_only_to_what_exists():
     """Each relative link (a figure's file, a plot, a page, a #section) opens from the page's own
-    folder, as a code host resolves it: text moved between the two pages keeps working links."""
+    folder, as a code host resolves it: text moved between the pages (the README and
+    docs/results.md, docs/design.md and docs/history.md, a file moved to docs/results/archive/)
+    keeps working links. Every page under docs/ is held to it."""
     import re
 
     def sections(page: Path) -> set[str]:  # GitHub's anchors: lower case, punctuation dropped, spaces as '-'
         return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
                 for h in re.findall(r"^#+ (.+)$", page.read_text(), re.M)}
 
-    for page in (README, RESULTS_PAGE):
+    for page in (README, *DOC_PAGES):
         prose = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
         for target in re.findall(r"\]\(([^)\s\"]+)", prose):
             if re.match(r"[a-z]+:", target):

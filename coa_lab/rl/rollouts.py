@@ -19,7 +19,7 @@ def rollout_reward(rollout: Rollout, format_gate: bool = True) -> float:
     gate, RL on the cpu-tiny pool taught the student to skip the <think> between <reflection>
     and <answer> (a shorter path that the scorer still paid when the answer happened to be
     right): look-up format validity on validation fell 0.97 -> 0.72 and the skipped think
-    turned answers into copies of the reflection (docs/design.md, "RL reward")."""
+    turned answers into copies of the reflection (docs/history.md, "Why RL fell")."""
     if format_gate and protocol.validate(rollout.text, rollout.task.profile):
         return 0.0
     return task_reward(rollout.task, protocol.final_answer(rollout.text))
