@@ -11,11 +11,12 @@ quickly rebuilt fallback, so every lesson can be opened on its own.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 from coa_lab.config import Preset
-from coa_lab.paths import DATASETS_DIR, runs_dir
+from coa_lab.paths import DATASETS_DIR, PROJECT_ROOT, runs_dir
 
 SHIPPED_TEACHER_RUNS = DATASETS_DIR / "teacher_runs" / "smollm2_135m_cpu_tiny.jsonl"
 
@@ -67,3 +68,50 @@ def rl_adapter() -> Path | None:
     """Notebook 04's RL adapter, or None if it has not run."""
     adapter = lesson_dir(4) / "rl" / "adapter"
     return adapter if (adapter / "adapter_config.json").exists() else None
+
+
+REFERENCE_FIGURES = PROJECT_ROOT / "notebooks" / "figures"
+
+
+def lesson_figures(number: int) -> Path:
+    """Where lesson NN saves its figures: runs/nbNN/figures. The committed reference figures in
+    notebooks/figures/, which the lessons' text embeds and quotes, are never overwritten by a
+    learner's run; COA_LAB_REFERENCE_FIGURES=1 (a maintainer refreshing them together with the
+    prose, benchmarks/bench_notebooks.py) writes there instead."""
+    if os.environ.get("COA_LAB_REFERENCE_FIGURES") == "1":
+        return REFERENCE_FIGURES
+    return lesson_dir(number) / "figures"
+
+
+def compare_with_reference(saved: Path, inputs: dict[str, str]) -> list[str]:
+    """Your run's figure data beside the committed reference's (notebooks/figures/<same name>.json),
+    on the inputs that decide what the figure shows (`inputs`: label -> key as published.figure
+    reads it, e.g. {"trajectories": "data.examples", "optimizer steps": "len(data.losses)"}).
+    Prints which inputs differ, so a learner knows when the text's numbers (the reference run's)
+    cannot match the figure above; returns the labels that differ."""
+    import json
+
+    from coa_lab.published import figure
+
+    saved = Path(saved).with_suffix(".json")
+    reference = REFERENCE_FIGURES / saved.name
+    if not reference.exists() or reference.resolve() == saved.resolve():
+        return []
+    mine, ref = json.loads(saved.read_text()), json.loads(reference.read_text())
+
+    def value(doc, key):
+        try:
+            return figure(doc, key)
+        except (KeyError, IndexError, TypeError):
+            return None
+
+    rows = [(label, value(mine, key), value(ref, key)) for label, key in inputs.items()]
+    differ = [label for label, a, b in rows if a != b]
+    detail = ", ".join(f"{label} {a} (reference {b})" for label, a, b in rows)
+    if differ:
+        print(f"Your run differs from the reference run the text describes (notebooks/figures/{reference.name}, "
+              f"{ref.get('date')}, commit {ref.get('commit')}) in {', '.join(differ)}: {detail}. "
+              "Read the text's figures as the reference's; yours are above.")
+    else:
+        print(f"Your run has the reference run's inputs ({detail}): the text's figures describe a run like yours.")
+    return differ

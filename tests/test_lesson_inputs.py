@@ -55,3 +55,31 @@ def test_sft_adapter_trains_when_03_has_not_run_and_is_reused_after(runs, monkey
 
     monkeypatch.setattr(coa_lab.sft, "train_sft", lambda *a, **k: pytest.fail("trained again"))
     assert sft_adapter(preset) == adapter
+
+
+def test_a_lesson_saves_its_figures_under_its_run_and_says_when_the_reference_differs(tmp_path, monkeypatch, capsys):
+    import json
+
+    from coa_lab import lesson_inputs
+
+    monkeypatch.setenv("COA_LAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.delenv("COA_LAB_REFERENCE_FIGURES", raising=False)
+    assert lesson_inputs.lesson_figures(3) == tmp_path / "runs" / "nb03" / "figures"
+    monkeypatch.setenv("COA_LAB_REFERENCE_FIGURES", "1")
+    assert lesson_inputs.lesson_figures(3) == lesson_inputs.REFERENCE_FIGURES  # a maintainer's refresh
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    monkeypatch.setattr(lesson_inputs, "REFERENCE_FIGURES", reference)
+    doc = {"date": "2026-11-27", "commit": "abc1234", "data": {"examples": 51, "losses": [1.0] * 130}}
+    (reference / "03_sft_loss.json").write_text(json.dumps(doc))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    inputs = {"trajectories": "data.examples", "optimizer steps": "len(data.losses)"}
+    (mine / "03_sft_loss.json").write_text(json.dumps({"data": {"examples": 57, "losses": [1.0] * 146}}))
+    assert lesson_inputs.compare_with_reference(mine / "03_sft_loss.png", inputs) == ["trajectories", "optimizer steps"]
+    out = capsys.readouterr().out
+    assert "differs from the reference" in out and "trajectories 57 (reference 51)" in out and "abc1234" in out
+    (mine / "03_sft_loss.json").write_text(json.dumps(doc))
+    assert lesson_inputs.compare_with_reference(mine / "03_sft_loss.png", inputs) == []
+    assert "describe a run like yours" in capsys.readouterr().out
+    assert lesson_inputs.compare_with_reference(mine / "no_such_figure.png", inputs) == []  # no reference: silent
