@@ -84,3 +84,42 @@ def test_embedded_figures_exist_with_the_numbers_they_plot(path):
         assert meta["data"] and meta["date"] and meta["figure"] == png.name
         assert f'"{png.name}"' in code, f"{path.name} embeds {figure} but no cell of it writes it"
     assert not re.search(r"\b[A-Z]+_RESULT\b", markdown), f"{path.name}: a result placeholder was never filled"
+
+
+ONE_GPU_PRESETS = {"gpu-smoke": "T4", "colab-t4": "T4", "gpu-3b-qlora": "L4"}  # each on the card it is sized for
+
+
+def _parameters_code(nb) -> str:
+    i = next(k for k, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## Parameters"))
+    return next(c.source for c in nb.cells[i:] if c.cell_type == "code")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_lesson_takes_its_preset_from_PRESET_and_the_gpu_presets_are_what_it_would_run(path, monkeypatch):
+    """`PRESET` (or COA_LAB_PRESET) in the Parameters cell decides every preset a lesson builds;
+    with each one-GPU preset the lesson's own get_preset(PRESET, ...) calls give that preset, and
+    its plan on the card it is sized for fits (smoke runs cover the CPU presets)."""
+    import ast
+
+    from coa_lab.config import get_preset
+    from coa_lab.planning.plan_report import planner_report
+
+    nb = nbformat.read(path, as_version=4)
+    params = _parameters_code(nb)
+    assert "COA_LAB_PRESET" in params and "PRESET =" in params, f"{path.name}: PRESET in the Parameters cell"
+    named = [node for c in nb.cells if c.cell_type == "code" for node in ast.walk(ast.parse(c.source))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "get_preset"]
+    calls = [call for call in named if call.args and isinstance(call.args[0], ast.Name) and call.args[0].id == "PRESET"]
+    # 06 (scaling) also plans every preset by name, and runs its two-process demo on cpu-smoke
+    assert calls and (path.name.startswith("06_") or len(calls) == len(named)), f"{path.name}: presets built from PRESET"
+    for name, card in ONE_GPU_PRESETS.items():
+        monkeypatch.setenv("COA_LAB_PRESET", name)
+        monkeypatch.delenv("COA_LAB_SMOKE", raising=False)
+        scope: dict = {}
+        exec(params, scope)
+        assert scope["PRESET"] == name
+        for call in calls:
+            preset = eval(compile(ast.Expression(call), path.name, "eval"), {**scope, "get_preset": get_preset})
+            assert preset.name == name
+            fits = planner_report(preset, gpu=card)["fits"]
+            assert fits["train"] != "does not fit" and fits["rollout"] != "does not fit", (path.name, name, fits)
