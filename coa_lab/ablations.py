@@ -43,7 +43,9 @@ MASKING_ARMS: dict[str, bool] = {"masked": True, "unmasked": False}
 ROLLOUT_ARMS: dict[str, dict] = {
     "exact": {},  # the trained policy samples: sampler and trainer agree to float precision
     "int8 + TIS": {"rollout_int8": True},  # an int8 copy samples; each token's loss x min(ratio, tis_cap)
-    "int8, no correction": {"rollout_int8": True, "tis_cap": None},  # the copy's samples taken as on-policy
+    # only the attention projections in int8: a sampler close enough that its groups carry a gradient
+    "int8 attention + TIS": {"rollout_int8": "attention"},
+    "int8 attention, no correction": {"rollout_int8": "attention", "tis_cap": None},  # taken as on-policy
 }
 
 
@@ -135,6 +137,7 @@ def arm_summary(preset: Preset, overrides: dict, metrics: list[dict], arm_dir: P
         "logprob_gap": [r.get("logprob_gap") for r in metrics],
         # every arm with rl.tis_cap whose sampler reports log-probs (None: no correction, or no update)
         "tis_capped_frac": [r.get("tis_capped_frac") for r in metrics],
+        "tis_weight_mean": [r.get("tis_weight_mean") for r in metrics],
         "sample_seconds": [r.get("sample_seconds") for r in metrics],
         "seconds": round(seconds, 1),
     }

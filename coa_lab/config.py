@@ -178,8 +178,8 @@ class RLConfig:
     # seed. The tasks themselves (pool candidates, eval) are drawn with the preset's seed, so
     # benchmarks/bench_rl_seeds.py varies only RL from one SFT adapter on one pool of candidates.
     seed: int | None = None
-    # Rollouts from an int8 copy of the policy (CPU; rl/int8_rollouts.py); off (notebook 07's ablation)
-    rollout_int8: bool = False
+    # Rollouts from an int8 copy (CPU; rl/int8_rollouts.py): True = every Linear, "attention" = q/k/v/o only
+    rollout_int8: bool | str = False
     # Truncated importance sampling whenever the rollouts carry the sampler's log-probs (int8 and
     # exact ones alike; vLLM here reports none): each policy token's loss x min(pi_train / pi_rollout,
     # tis_cap). Exact rollouts in fp32 get weights of 1; under bf16 autocast they correct the gap of

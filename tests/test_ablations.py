@@ -31,7 +31,8 @@ def test_rollout_arms_change_only_who_samples():
         changed[arm] = {f.name: getattr(rl, f.name) for f in dataclasses.fields(RLConfig)
                         if getattr(rl, f.name) != getattr(base, f.name)}
     assert changed == {"exact": {}, "int8 + TIS": {"rollout_int8": True},
-                       "int8, no correction": {"rollout_int8": True, "tis_cap": None}}
+                       "int8 attention + TIS": {"rollout_int8": "attention"},
+                       "int8 attention, no correction": {"rollout_int8": "attention", "tis_cap": None}}
 
 
 def test_arm_summary_reads_the_per_step_log(tmp_path):

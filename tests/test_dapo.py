@@ -305,7 +305,7 @@ def test_high_ratio_frac_counts_tokens_only_clip_higher_keeps():
     old = torch.zeros(1, 3)
     lp = torch.log(torch.tensor([[1.1, 1.25, 1.5]]))
     _, pos = dapo_token_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 3))
-    assert pos["high_ratio_frac"] == pytest.approx(2 / 3)  # 1.25 and 1.5 exceed 1 + clip_low
+    assert pos["high_ratio_frac"] == pytest.approx(1 / 3)  # only 1.25 is in (1.2, 1.28]: 1.5 is cut by both clips
     _, neg = dapo_token_loss(lp, old, torch.tensor([-1.0]), torch.ones(1, 3))
     assert neg["high_ratio_frac"] == 0.0  # negative advantage: the upper clip never applies
 
@@ -346,3 +346,13 @@ def test_tis_weights_are_the_capped_ratio_on_policy_tokens_and_1_elsewhere():
     weights, capped = tis_weights(torch.log(torch.tensor([[0.19]])), torch.log(torch.tensor([[0.10]])),
                                   torch.ones(1, 1), cap=2.0)
     assert float(weights) == pytest.approx(1.9) and not capped.any()
+
+
+def test_high_ratio_frac_is_where_clip_higher_and_the_symmetric_clip_disagree():
+    """The logged share equals the one measured from the two losses' own gradients (lesson 07's
+    toy batch): the band is exactly (1 + clip_low, 1 + clip_high] with a positive advantage."""
+    from coa_lab.exercises.lesson07 import TOY_ADVANTAGES, TOY_RATIOS, _clip_band
+
+    lp = torch.log(torch.tensor(TOY_RATIOS))
+    _, st = dapo_token_loss(lp, torch.zeros_like(lp), torch.tensor(TOY_ADVANTAGES), torch.ones_like(lp), 0.2, 0.28)
+    assert st["high_ratio_frac"] == pytest.approx(_clip_band(clip_low=0.2, clip_high=0.28)) and st["high_ratio_frac"] > 0

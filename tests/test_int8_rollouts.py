@@ -81,3 +81,34 @@ def test_int8_rollouts_are_corrected_and_their_gap_is_logged():
     assert "tis_capped_frac" not in stats["none"]  # tis_cap None: the uncorrected arm
     assert stats["tis"]["loss"] != pytest.approx(stats["none"]["loss"], abs=1e-9)
     assert math.isfinite(stats["tis"]["loss"])
+
+
+@pytest.mark.model
+def test_attention_only_int8_quantizes_the_four_projections_and_drifts_less():
+    """rl.rollout_int8="attention": q/k/v/o in int8, the MLP and LM head as trained; its sampler's
+    gap to the policy is smaller than the all-int8 copy's on the same tokens."""
+    preset = get_preset("cpu-smoke", model={"cpu_autocast_bf16": False})
+    model, tok = load_model(preset.model, trainable=True)
+
+    def int8(module):
+        return [n for n, m in module.named_modules() if type(m).__module__.startswith("torch.ao.nn.quantized.dynamic")]
+
+    attention = int8(int8_copy(model, "attention"))
+    assert len(attention) == 30 * 4 and all(n.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) for n in attention)
+    assert len(int8(int8_copy(model, "all"))) == 30 * 7 + 1
+    with pytest.raises(ValueError, match="'attention'"):
+        int8_copy(model, "mlp")
+    ids = tok("<think>What is 17 + 25? Add them: 17 + 25 = 42.</think><answer>42</answer>", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        exact = torch.log_softmax(model(ids).logits.float(), -1)
+        gaps = {which: float((torch.log_softmax(int8_copy(model, which)(ids).logits.float(), -1).exp() - exact.exp())
+                             .abs().sum(-1).mean() / 2) for which in ("attention", "all")}
+    assert gaps["attention"] < gaps["all"]  # total variation per position
+
+
+def test_an_unknown_int8_choice_is_refused_before_anything_loads(tmp_path):
+    from coa_lab.rl.trainer import train_rl
+
+    preset = get_preset("cpu-smoke", rl={"rollout_int8": "mlp"})
+    with pytest.raises(ValueError, match="rl.rollout_int8 must be"):
+        train_rl(preset, [TASK], build_tools(["code"]), tmp_path)

@@ -103,8 +103,10 @@ def dapo_token_loss(
             "ratio_mean": float((ratio * mask).sum() / count),
             "approx_kl": float((((ratio - 1) - (logprobs - old_logprobs)) * mask).sum() / count),
             # tokens whose gradient clip-higher keeps and a symmetric clip would cut: positive
-            # advantage, ratio above 1 + clip_low (notebook 07: how often clip-higher matters)
-            "high_ratio_frac": float((((ratio > 1 + clip_low) & (adv > 0)).float() * mask).sum() / count),
+            # advantage, ratio in (1 + clip_low, 1 + clip_high] (above it both cut; notebook 07:
+            # how often clip-higher matters)
+            "high_ratio_frac": float((((ratio > 1 + clip_low) & (ratio <= 1 + clip_high) & (adv > 0)).float()
+                                      * mask).sum() / count),
         }
         if kl is not None:  # how far the policy has moved from the reference, per policy token
             stats["kl_ref"] = float((kl * mask).sum() / count)

@@ -106,6 +106,9 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     from coa_lab.trajectories import load_records
 
     check_logprob_identity(preset)  # before anything is loaded: a refused run costs nothing
+    if preset.rl.rollout_int8 not in (False, True, "all", "attention"):
+        raise ValueError(f"rl.rollout_int8 must be false, true ('all': every Linear) or 'attention' (q/k/v/o only), "
+                         f"got {preset.rl.rollout_int8!r}")
     distributed.init()  # under `accelerate launch`: join the ranks (a no-op in one process)
     distributed.require_replicated_policy("RL")
     main = distributed.is_main()
@@ -131,7 +134,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     elif rl.rollout_int8:  # an int8 copy samples, rebuilt after every update; TIS corrects the loss
         from coa_lab.rl.int8_rollouts import Int8Rollouts
 
-        generator = Int8Rollouts(model, tokenizer, rollout_batch(preset.gen, model))
+        generator = Int8Rollouts(model, tokenizer, rollout_batch(preset.gen, model), which=rl.rollout_int8)
     else:  # the policy itself samples: always the current weights
         generator = HFGenerator(model, tokenizer, rollout_batch(preset.gen, model), compute=compute)
     params = [p for p in model.parameters() if p.requires_grad]
