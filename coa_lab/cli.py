@@ -161,13 +161,13 @@ def _run(args) -> int:
 
         return exec_main(args.rest)
     if args.command == "data":
-        from coa_lab.tasks.inspect import data_inspect_main
+        from coa_lab.tasks.file_checks import data_inspect_main
 
         if not args.rest or args.rest[0] != "inspect":
             raise SystemExit("usage: coa-lab data inspect PATH")
         return data_inspect_main(args.rest[1:])
     if args.command == "eval" and args.policy == "gold":
-        from coa_lab.tasks.inspect import gold_main
+        from coa_lab.tasks.file_checks import gold_main
 
         if not args.suite:
             raise SystemExit("coa-lab eval --policy gold needs --suite PATH")

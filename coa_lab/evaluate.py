@@ -156,7 +156,7 @@ def evaluate_target(preset: Preset, target: str, adapter: str | Path | None = No
 
     from coa_lab.generation.llm import make_generator
     from coa_lab.paths import DATASETS_DIR
-    from coa_lab.tasks.inspect import task_files
+    from coa_lab.tasks.file_checks import task_files
     from coa_lab.tasks.loaders import load_tasks
     from coa_lab.tools.registry import build_tools
 

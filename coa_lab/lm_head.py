@@ -189,3 +189,11 @@ def nll_at(model, inputs: dict, rows: torch.Tensor, columns: torch.Tensor, targe
     device = hidden.device
     picked = hidden[rows.to(device), where.to(device)]  # [K, H]
     return chunked_nll(model, head, picked, targets.to(device), temperature, chunk, ignore_index)
+
+
+def check_temperature(temperature: float) -> float:
+    """The policy's temperature as a divisor; greedy (0) has no log-probs to train on."""
+    if not temperature > 0:
+        raise ValueError(f"log-probs need a sampling temperature > 0, got {temperature!r} "
+                         "(greedy decoding is not a policy to train)")
+    return float(temperature)

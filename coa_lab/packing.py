@@ -173,8 +173,7 @@ def sequence_logprobs(model, sequences: list[list[int]], rows: list[list[int]], 
         spans.append((i, s, len(cols)))
     if not targets:  # every sequence ends at its start: nothing to score
         return torch.zeros((len(sequences), width or max(len(s) for s in sequences)))
-    from coa_lab.lm_head import nll_at
-    from coa_lab.rl.dapo import check_temperature
+    from coa_lab.lm_head import check_temperature, nll_at
 
     # the sampled policy's distribution, softmax(logits / T), the LM head a chunk at a time
     nll = nll_at(model, packed.model_inputs(model), torch.cat(src_rows), torch.cat(src_cols),

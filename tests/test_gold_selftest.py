@@ -11,7 +11,7 @@ import pytest
 
 from coa_lab.paths import DATASETS_DIR
 from coa_lab.tasks import Task
-from coa_lab.tasks.inspect import data_inspect_main, gold_main, gold_selftest, gold_text, task_files
+from coa_lab.tasks.file_checks import data_inspect_main, gold_main, gold_selftest, gold_text, task_files
 
 AFM = Path("/work/shared/datasets/afm_benchmarks")
 SHIPPED_TEXT = sorted(str(p.relative_to(DATASETS_DIR)) for p in task_files(DATASETS_DIR)

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from coa_lab import packing
+from coa_lab import lm_head, packing
 from coa_lab.agents.coa_runner import run_coa
 from coa_lab.config import get_preset
 from coa_lab.generation.hf_generator import HFGenerator
@@ -101,7 +101,7 @@ def test_policy_update_logs_the_gap_and_it_exposes_a_temperature_mismatch(policy
         stats = policy_update(m, opt, groups, rewards, _preset(temperature=temperature, mini_batches=2), tok.pad_token_id)
         assert (stats["logprob_gap"] < 0.005) is expect_small, (temperature, stats["logprob_gap"])
     with pytest.raises(ValueError, match="temperature"):
-        dapo.check_temperature(0.0)
+        lm_head.check_temperature(0.0)
 
 
 class Scripted:

@@ -104,3 +104,39 @@ def latest_rl_checkpoint(out_dir: str | Path) -> Path | None:
         if (path / "state.pt").exists() and (path / "adapter" / "adapter_config.json").exists():
             return path
     return None
+
+
+def restore_run(state: dict, out_dir: Path, optimizer, pool_iter: TaskCycle, anchor_iter, sft_iter):
+    """Put a resumed RL run back where its checkpoint (`state`, from state.pt) left off: the
+    optimizer, the task, anchor and SFT-mix streams, every RNG (this rank's), and the metrics and
+    sampled rollouts written before it. Returns (metrics, sampled records, the next step)."""
+    import json
+
+    import torch
+
+    from coa_lab.trajectories import load_records
+
+    optimizer.load_state_dict(state["optimizer"])
+    pool_iter.restore(state["pool"])
+    if sft_iter is not None:
+        if state.get("sft_mix") is None:
+            raise ValueError("rl.sft_coef > 0, but the checkpoint was written without the SFT mix; "
+                             "resume with the settings the run started with (rl.sft_coef=0)")
+        sft_iter.restore(state["sft_mix"])
+    if anchor_iter is not None:
+        anchor_iter.skip(state["anchors_drawn"])
+    random.setstate(state["python_random"])
+    me = distributed.rank()
+    by_rank = state.get("torch_rng_by_rank") or [state["torch_rng"]]
+    if len(by_rank) != distributed.world_size():
+        raise ValueError(f"the checkpoint was written by {len(by_rank)} rank(s); resume it with the same number "
+                         f"of processes (this run has {distributed.world_size()})")
+    torch.set_rng_state(by_rank[me])
+    if torch.cuda.is_available() and (state.get("cuda_rng_by_rank") or [None])[me] is not None:
+        torch.cuda.set_rng_state(state["cuda_rng_by_rank"][me])
+    elif state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    first_step = state["next_step"]
+    metrics = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()][:first_step]
+    sampled = load_records(out_dir / "rollouts.jsonl")[: state["sampled_records"]]
+    return metrics, sampled, first_step

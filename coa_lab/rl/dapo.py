@@ -151,7 +151,7 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     and chunk by chunk (coa_lab/lm_head.py): [B, L, V] logits would be the largest tensor of
     the step, 4.6 GiB per 8k-token row at Qwen2.5's vocabulary.
     """
-    from coa_lab.lm_head import nll_at
+    from coa_lab.lm_head import check_temperature, nll_at
 
     batch, length = input_ids.shape
     start = max(1, min(int(start), length))
@@ -163,13 +163,6 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     nll = nll_at(model, {"input_ids": input_ids, "attention_mask": attention_mask}, rows, columns.repeat(batch),
                  input_ids[:, start:].reshape(-1), temperature)
     return torch.nn.functional.pad(-nll.view(batch, length - start), (start, 0))  # [B, L], on the graph even when empty
-
-
-def check_temperature(temperature: float) -> float:
-    """The policy's temperature as a divisor; greedy (0) has no log-probs to train on."""
-    if not temperature > 0:
-        raise ValueError(f"log-probs need a sampling temperature > 0, got {temperature!r} (greedy decoding is not a policy to train)")
-    return float(temperature)
 
 
 def probability_gap(train_logprobs: torch.Tensor, sample_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,7 @@ from coa_lab import distributed
 from coa_lab.agents.coa_runner import Rollout
 from coa_lab.config import Preset
 from coa_lab.rl import dapo
-from coa_lab.rl.checkpoint import CountedStream, TaskCycle, latest_rl_checkpoint, save_checkpoint
+from coa_lab.rl.checkpoint import CountedStream, TaskCycle, latest_rl_checkpoint, restore_run, save_checkpoint
 from coa_lab.rl.pool import anchor_stream
 from coa_lab.rl.rollouts import collect_batch
 from coa_lab.rl.update import policy_update, sft_only_update
@@ -103,7 +103,6 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     from coa_lab.generation.backends import resolve_backend, rollout_batch
     from coa_lab.generation.hf_generator import HFGenerator
     from coa_lab.generation.models import compute_context, grad_scaler, load_model
-    from coa_lab.trajectories import load_records
 
     check_logprob_identity(preset)  # before anything is loaded: a refused run costs nothing
     if preset.rl.rollout_int8 not in (False, True, "all", "attention"):
@@ -180,29 +179,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     adapter_dir = out_dir / "adapter"
     metrics, sampled, first_step = [], [], 0
     if state is not None:  # continue exactly where the checkpoint left off
-        optimizer.load_state_dict(state["optimizer"])
-        pool_iter.restore(state["pool"])
-        if sft_iter is not None:
-            if state.get("sft_mix") is None:
-                raise ValueError("rl.sft_coef > 0, but the checkpoint was written without the SFT mix; "
-                                 "resume with the settings the run started with (rl.sft_coef=0)")
-            sft_iter.restore(state["sft_mix"])
-        if anchor_iter is not None:
-            anchor_iter.skip(state["anchors_drawn"])
-        random.setstate(state["python_random"])
-        me = distributed.rank()
-        by_rank = state.get("torch_rng_by_rank") or [state["torch_rng"]]
-        if len(by_rank) != distributed.world_size():
-            raise ValueError(f"the checkpoint was written by {len(by_rank)} rank(s); resume it with the same number "
-                             f"of processes (this run has {distributed.world_size()})")
-        torch.set_rng_state(by_rank[me])
-        if torch.cuda.is_available() and (state.get("cuda_rng_by_rank") or [None])[me] is not None:
-            torch.cuda.set_rng_state(state["cuda_rng_by_rank"][me])
-        elif state["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        first_step = state["next_step"]
-        metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()][:first_step]
-        sampled = load_records(out_dir / "rollouts.jsonl")[: state["sampled_records"]]
+        metrics, sampled, first_step = restore_run(state, out_dir, optimizer, pool_iter, anchor_iter, sft_iter)
     # rank 0 writes the run folder; the other ranks compute the same rows and keep them in memory
     with open(metrics_path if main else os.devnull, "w") as log, \
             progress_bar(total=rl.steps, initial=first_step, desc="rl", unit="step", disable=not main) as bar:

@@ -6,7 +6,7 @@
 - :mod:`coa_lab.tasks.scorers`     -- :func:`score` / :func:`reward` (the same function, on purpose)
 - :mod:`coa_lab.tasks.code_tests`  -- running code answers against their tests in the sandbox
 - :mod:`coa_lab.tasks.judge`       -- :func:`llm_judge` for open-ended (web) answers
-- :mod:`coa_lab.tasks.inspect`     -- ``coa-lab data inspect`` and the gold-policy self-test
+- :mod:`coa_lab.tasks.file_checks`     -- ``coa-lab data inspect`` and the gold-policy self-test
 """
 
 from coa_lab.tasks.loaders import detect_layout, layout_of, load_tasks

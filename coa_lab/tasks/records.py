@@ -25,7 +25,7 @@ empty).  They carry ``metadata["tests"]`` in this schema (checked by :func:`chec
     }
 
 and, when the origin ships one, ``metadata["canonical_solution"]``: a complete program that
-passes the tests (the gold answer of :func:`coa_lab.tasks.inspect.gold_selftest`).
+passes the tests (the gold answer of :func:`coa_lab.tasks.file_checks.gold_selftest`).
 """
 
 from __future__ import annotations
