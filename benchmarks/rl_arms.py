@@ -167,7 +167,12 @@ def run_arms(args, overrides: dict, base: Path, adapter: Path, kept: Path) -> in
             result["machine"] = machine_peak(preset)
             result["seconds"] = round(time.time() - t0, 1)
             save(args.name, result)
+    # written again from every scores file, also when nothing was left to run: arms or seeds whose
+    # scores were copied in (a control shared between rollout budgets) join the result file
     result = summarize(args, overrides, base, sft, mix, machine_start)
+    result["machine"] = machine_peak(preset)
+    result["seconds"] = round(time.time() - t0, 1)
+    save(args.name, result)
     print(json.dumps({a: {k: result["arms"][a][k] for k in ("gains", "mean_gain", "ci95")} for a in result["arms"]},
                      indent=1))
     if "rl_ptx_minus_control" in result:
