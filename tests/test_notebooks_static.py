@@ -123,3 +123,13 @@ def test_every_lesson_takes_its_preset_from_PRESET_and_the_gpu_presets_are_what_
             assert preset.name == name
             fits = planner_report(preset, gpu=card)["fits"]
             assert fits["train"] != "does not fit" and fits["rollout"] != "does not fit", (path.name, name, fits)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_lesson_has_the_colab_install_cell(path):
+    """Right after the Parameters cell (which imports nothing of the lab), a cell installs the lab
+    with the [gpu] extra on Colab (docs/colab.md) and does nothing elsewhere."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    second = code[code.index(_parameters_code(nb)) + 1]
+    assert '"google.colab" in sys.modules' in second and "[gpu]" in second and "bubblewrap" in second
