@@ -11,7 +11,7 @@ received none are faded.
 
 from __future__ import annotations
 
-from coa_lab.viz.sft_mask import _MASKED_STYLE, _as_list, _token_text
+from coa_lab.viz.sft_mask import MASKED_STYLE, as_id_list, token_text
 from coa_lab.viz.style import FONT, MONO, esc
 
 _UP = "background:#c8f0d2;border-bottom:2px solid #2e9e53"
@@ -23,7 +23,7 @@ def advantage_tokens_html(tokenizer, response_ids, response_mask, advantage: flo
                           max_tokens: int | None = None) -> str:
     """One rollout's response tokens: policy tokens coloured by the advantage's sign, observation
     tokens struck out; `grad` (one value per response token) goes in the tooltips."""
-    ids, mask = _as_list(response_ids), _as_list(response_mask)
+    ids, mask = as_id_list(response_ids), as_id_list(response_mask)
     if len(ids) != len(mask):
         raise ValueError(f"response_ids has {len(ids)} tokens but response_mask has {len(mask)}")
     grads = [float(g) for g in (grad.tolist() if hasattr(grad, "tolist") else grad)] if grad is not None else None
@@ -35,9 +35,9 @@ def advantage_tokens_html(tokenizer, response_ids, response_mask, advantage: flo
     shown = len(ids) if max_tokens is None else min(max_tokens, len(ids))
     spans = []
     for i in range(shown):
-        text = esc(_token_text(tokenizer, ids[i]))
+        text = esc(token_text(tokenizer, ids[i]))
         if not mask[i]:
-            spans.append(f'<span class="coa-rl-tok coa-rl-masked" title="#{i} observation: masked" style="{_MASKED_STYLE};margin:0 1px">{text}</span>')
+            spans.append(f'<span class="coa-rl-tok coa-rl-masked" title="#{i} observation: masked" style="{MASKED_STYLE};margin:0 1px">{text}</span>')
             continue
         tip = f"#{i} advantage {advantage:+.2f}"
         faded = ""

@@ -9,15 +9,15 @@ from coa_lab.viz.style import FONT, HATCH, MONO, esc
 
 IGNORE_INDEX = -100  # same as coa_lab.sft.IGNORE_INDEX; not imported, to keep torch optional
 _TRAINED_STYLE = "background:#c8f0d2;border-bottom:2px solid #2e9e53"
-_MASKED_STYLE = f"background:{HATCH};color:#999;text-decoration:line-through"
+MASKED_STYLE = f"background:{HATCH};color:#999;text-decoration:line-through"
 
 
-def _as_list(values) -> list[int]:
+def as_id_list(values) -> list[int]:
     # Accept lists, tuples, numpy arrays and torch tensors alike.
     return [int(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
 
 
-def _token_text(tokenizer, token_id: int) -> str:
+def token_text(tokenizer, token_id: int) -> str:
     # Decoded one at a time, a token holding part of a multi-byte character shows as U+FFFD;
     # that is the honest view of what the model sees.
     text = tokenizer.decode([token_id])
@@ -33,16 +33,16 @@ def _mask_summary(n_tokens: int, n_masked: int) -> str:
 
 def mask_html(tokenizer, input_ids, labels) -> str:
     """Token-level view of one SFT example: trained tokens highlighted, -100 tokens struck out."""
-    ids, labs = _as_list(input_ids), _as_list(labels)
+    ids, labs = as_id_list(input_ids), as_id_list(labels)
     if len(ids) != len(labs):
         raise ValueError(f"input_ids has {len(ids)} tokens but labels has {len(labs)}")
     spans = []
     for position, (token_id, label) in enumerate(zip(ids, labs)):
         masked = label == IGNORE_INDEX
         cls = "coa-tok coa-tok-masked" if masked else "coa-tok coa-tok-trained"
-        style = _MASKED_STYLE if masked else _TRAINED_STYLE
+        style = MASKED_STYLE if masked else _TRAINED_STYLE
         spans.append(f'<span class="{cls}" title="#{position} id={token_id}" '
-                     f'style="{style};margin:0 1px">{esc(_token_text(tokenizer, token_id))}</span>')
+                     f'style="{style};margin:0 1px">{esc(token_text(tokenizer, token_id))}</span>')
     n_masked = sum(label == IGNORE_INDEX for label in labs)
     tokens = f'<div style="white-space:pre-wrap;word-break:break-word;{MONO};line-height:1.8">{"".join(spans)}</div>'
     return f'<div class="coa-mask" style="{FONT}">{_mask_summary(len(ids), n_masked)}{tokens}</div>'
