@@ -49,7 +49,7 @@ bwrap:
 	    echo "bubblewrap is missing: install it with 'sudo apt-get install bubblewrap' (or your distro's package)"; exit 1; \
 	  fi; }
 
-# tests/test_jupyterlab.py loads a notebook in headless Chromium (Debian package; Playwright
+# tests/e2e/test_jupyterlab.py loads a notebook in headless Chromium (Debian package; Playwright
 # drives it, no browser download). Optional: without it that one test is skipped.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -79,7 +79,7 @@ test-slow: setup
 	$(PY) -m pytest -q -m slow
 
 bench: setup
-	@for f in benchmarks/bench_*.py; do echo "== $$f"; COA_LAB_PUBLISH=1 $(PY) $$f || exit 1; done
+	@for f in benchmarks/bench_*.py; do m=benchmarks.$$(basename $$f .py); echo "== $$m"; COA_LAB_PUBLISH=1 $(PY) -m $$m || exit 1; done
 
 clean:
 	rm -rf runs .pytest_cache

@@ -1,12 +1,12 @@
 """Benchmark capture from a remote teacher: requests in flight at once vs one at a time.
 
-Run:  PYTHONPATH=. python benchmarks/bench_capture.py [--tasks 32] [--concurrency 8] [--delay 0.2] [--fail-rate 0.15]
+Run:  python -m benchmarks.bench_capture [--tasks 32] [--concurrency 8] [--delay 0.2] [--fail-rate 0.15]
 Writes runs/bench/capture.json (under COA_LAB_RUNS if set; benchmarks/results.py).
 
-The teacher is coa_lab/generation/stub_teacher.py on a loopback port: every request waits `--delay`
+The teacher is coa_lab/serve/stub_teacher.py on a loopback port: every request waits `--delay`
 seconds (a hosted model's latency) and a `--fail-rate` share of them answer 429 or 500, which
 the client retries with backoff. The same tasks are captured twice through the real capture
-driver (agents/capture.py) with the real tools (sandboxed code, BM25 wiki search): once with
+driver (capture/recorder.py) with the real tools (sandboxed code, BM25 wiki search): once with
 one run in flight, once with `--concurrency` runs in flight. Both must record every task with
 no failed run; the ratio of their wall times is the figure (goal: <= 0.25 at concurrency 8).
 """
@@ -19,14 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
-from coa_lab.agents.capture import capture_runs  # noqa: E402
+from coa_lab.capture.recorder import capture_runs  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.openai_backend import OpenAIChatBackend  # noqa: E402
-from coa_lab.generation.stub_teacher import serve_in_thread, stub_app  # noqa: E402
+from coa_lab.serve.stub_teacher import serve_in_thread, stub_app  # noqa: E402
 from coa_lab.pipeline import draw_tasks, make_tools  # noqa: E402
 from coa_lab.machine import machine_peak  # noqa: E402
 
@@ -35,8 +34,7 @@ def timed_capture(url: str, tasks, tools, preset, concurrency: int, out: Path) -
     backend = OpenAIChatBackend(url, "stub-teacher", concurrency=concurrency, max_retries=12, backoff_s=0.05,
                                 max_backoff_s=1.0)
     t0 = time.perf_counter()
-    result = capture_runs(backend, tasks, tools, preset.capture, out, teacher="stub-teacher",
-                          observation_chars=preset.gen.observation_chars, resume=False, progress=False)
+    result = capture_runs(backend, tasks, tools, preset, out, teacher="stub-teacher", resume=False, progress=False)
     seconds = time.perf_counter() - t0
     backend.close()
     return {"concurrency": concurrency, "seconds": round(seconds, 2), "runs": len(result.runs),

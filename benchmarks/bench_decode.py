@@ -1,6 +1,6 @@
 """The lab's decoder vs transformers `generate`: tokens/s and the share of the matmul peak.
 
-Run:  PYTHONPATH=. python benchmarks/bench_decode.py [--batches 1 8 36 72] [--new-tokens 96]
+Run:  python -m benchmarks.bench_decode [--batches 1 8 36 72] [--new-tokens 96]
 Writes runs/bench/decode.json (under COA_LAB_RUNS if set; `--name` another name, e.g. one per
 kind of machine: the bf16 and the AVX2-only draws decode differently).
 
@@ -37,11 +37,9 @@ import argparse
 import contextlib
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.decoding import decode  # noqa: E402
@@ -158,7 +156,7 @@ def main() -> int:
     model.requires_grad_(False)  # as evaluation and RL's sampler hold the base weights
     compute = lambda: compute_context(model, preset.model)  # noqa: E731
     from coa_lab import protocol
-    from coa_lab.agents.coa_runner import task_messages
+    from coa_lab.prompts import task_messages
     from coa_lab.generation.chat_prompt import chat_prompt_ids
 
     tasks = draw_tasks(preset, {"math/arith": 24}, "test")

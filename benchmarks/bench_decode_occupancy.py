@@ -1,6 +1,6 @@
 """How full the decoder's batches are during an evaluation pass, chunked vs refilled (continuous).
 
-Run:  PYTHONPATH=. python benchmarks/bench_decode_occupancy.py [--adapter DIR] [--scale 1.0]
+Run:  python -m benchmarks.bench_decode_occupancy [--adapter DIR] [--scale 1.0]
 Writes runs/bench/decode_occupancy.json (under COA_LAB_RUNS if set; benchmarks/results.py).
 
 Before continuous batching the decoder split a pass into equal chunks of at most
@@ -28,11 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import demo_adapter, save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import demo_adapter, save  # noqa: E402
 
-from coa_lab.agents.coa_runner import run_coa  # noqa: E402
+from coa_lab.student_rollout import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
 from coa_lab.pipeline import by_benchmark, draw_tasks, make_tools  # noqa: E402

@@ -1,6 +1,6 @@
 """Benchmark evaluation throughput: every suite in one rollout pass vs one pass per suite.
 
-Run:  PYTHONPATH=. python benchmarks/bench_eval.py [--adapter DIR] [--repeats 1]
+Run:  python -m benchmarks.bench_eval [--adapter DIR] [--repeats 1]
 Writes runs/bench/eval.json (under COA_LAB_RUNS if set; benchmarks/results.py).
 
 The demo's held-out mix (cpu-tiny's eval.tasks: 144 arithmetic, 48 look-ups, 4 GSM8K, 4 HotpotQA)
@@ -21,12 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import demo_adapter, save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import demo_adapter, save  # noqa: E402
 
 from coa_lab import protocol  # noqa: E402
-from coa_lab.agents.coa_runner import run_coa  # noqa: E402
+from coa_lab.student_rollout import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
 from coa_lab.pipeline import by_benchmark, draw_tasks, make_tools  # noqa: E402

@@ -3,19 +3,16 @@ between the next-token distributions of the fp32 model and its int8 copy (rl/int
 torch dynamic int8, fbgemm), on the chat prompts of real training questions, at the RL sampling
 temperature. 0 is the same policy, 1 disjoint ones; the switch stays off while this is large.
 
-Run:  PYTHONPATH=. python benchmarks/bench_int8_drift.py [--prompts 16] [--temperature 0.8]
+Run:  python -m benchmarks.bench_int8_drift [--prompts 16] [--temperature 0.8]
 Writes runs/bench/int8_drift.json (COA_LAB_PUBLISH=1: docs/results/int8_drift.json). Seconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab import pipeline  # noqa: E402
 from coa_lab.machine import machine_peak  # noqa: E402
@@ -36,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from coa_lab.generation.chat_prompt import chat_prompt_ids
     from coa_lab.generation.models import load_model
-    from coa_lab.agents.coa_runner import task_messages
+    from coa_lab.prompts import task_messages
     from coa_lab.protocol import PROFILE_TOOLS
     from coa_lab.rl.int8_rollouts import int8_copy
 

@@ -1,6 +1,6 @@
 """Peak memory of the LM head's part of a training step, before and after chunking (issue 28).
 
-Run:  PYTHONPATH=. python benchmarks/bench_lm_head_memory.py [--lengths 2048 4096] [--vocab 151936]
+Run:  python -m benchmarks.bench_lm_head_memory [--lengths 2048 4096] [--vocab 151936]
 Writes runs/bench/lm_head_memory.json (under COA_LAB_RUNS if set).
 
 The model: a random-weight Llama with Qwen2.5's vocabulary (151,936) and a small body (hidden
@@ -8,10 +8,10 @@ The model: a random-weight Llama with Qwen2.5's vocabulary (151,936) and a small
 (docs/scaling.md), while the step stays cheap on a CPU. For each length, four arms, each in a
 fresh process (ru_maxrss is a high-water mark): the SFT loss + backward and RL's token
 log-probs + backward, each unchunked (one [L, V] logits tensor, the lab's computation before
-issue 28) and chunked (coa_lab/lm_head.py, what sft.masked_lm_loss and rl/dapo.token_logprobs
+issue 28) and chunked (coa_lab/training/lm_head.py, what sft.masked_lm_loss and training/logprobs.token_logprobs
 now run). Reported: the step's peak above the process's resident size before it (MiB), and the
 ratio. The loss values of the two paths are printed side by side (they agree to fp32 rounding;
-tests/test_lm_head.py checks values and gradients).
+tests/training/test_lm_head.py checks values and gradients).
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def arm(kind: str, chunked: bool, length: int, vocab: int) -> dict:
@@ -32,8 +30,8 @@ def arm(kind: str, chunked: bool, length: int, vocab: int) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from coa_lab.rl.dapo import token_logprobs
-    from coa_lab.sft import masked_lm_loss
+    from coa_lab.training.logprobs import token_logprobs
+    from coa_lab.training.sft import masked_lm_loss
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=256,
@@ -77,10 +75,10 @@ def main() -> int:
         print(json.dumps(arm(kind, chunked == "1", int(length), int(vocab))))
         return 0
 
-    from results import save
+    from benchmarks.results import save
 
     from coa_lab.config import get_preset
-    from coa_lab.lm_head import CHUNK
+    from coa_lab.training.lm_head import CHUNK
     from coa_lab.machine import machine_peak
 
     rows = []

@@ -1,11 +1,11 @@
 """How long each lesson takes: the eight notebooks run in order, as a learner runs them.
 
-Run:  PYTHONPATH=. python benchmarks/bench_notebooks.py [--smoke] [--only 00 02]
+Run:  python -m benchmarks.bench_notebooks [--smoke] [--only 00 02]
 Writes runs/bench/notebooks_full.json (or notebooks_smoke.json with --smoke; under COA_LAB_RUNS
 if set; benchmarks/results.py). The README's notebook table links its times here.
 
 Each notebook is copied into a scratch folder and executed there by a Jupyter kernel (nbclient,
-as tests/test_notebooks.py does), in order, with one shared COA_LAB_RUNS, so each lesson reads what
+as tests/e2e/test_notebooks.py does), in order, with one shared COA_LAB_RUNS, so each lesson reads what
 the one before it wrote (02 distils 01's capture, 03 trains on 02's trajectories, ...). Each lesson
 saves its figures under runs/nbNN/figures (coa_lab/lesson_inputs.lesson_figures), so the committed
 notebooks/figures/ (which the notebooks' text describes) stay as they are; run with
@@ -24,9 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.paths import PROJECT_ROOT  # noqa: E402

@@ -2,21 +2,18 @@
 --gpu L4` as a result file, so the README's memory and time figures for that recipe are links
 into what the planner computes (coa_lab/planning), not typed by hand. An estimate, not a
 measurement: docs/gpu-validation.md and `coa-lab plan --calibration` hold how it compares with
-the GPU runs. tests/test_published_figures.py recomputes it, so a planner change that moves
+the GPU runs. tests/repo/test_published_figures.py recomputes it, so a planner change that moves
 these figures fails until this is run again.
 
-Run:  PYTHONPATH=. python benchmarks/bench_plan.py
+Run:  python -m benchmarks.bench_plan
 Writes runs/bench/plan_gpu_3b_l4.json (COA_LAB_PUBLISH=1: docs/results/plan_gpu_3b_l4.json). Seconds.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.machine import machine_peak  # noqa: E402

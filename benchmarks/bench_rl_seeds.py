@@ -1,7 +1,7 @@
 """Does RL reliably improve the SFT policy? The RL stage with several seeds from ONE SFT adapter,
 each RL adapter evaluated on the TEST split (never tuned on), the spread reported, not one run.
 
-Run:  PYTHONPATH=. python benchmarks/bench_rl_seeds.py [--seeds 0 1 2 3 4] [--sft-adapter DIR]
+Run:  python -m benchmarks.bench_rl_seeds [--seeds 0 1 2 3 4] [--sft-adapter DIR]
       [--set rl.steps=8 ...]
 Writes runs/bench/rl_seeds.json and rl_seeds.png (under COA_LAB_RUNS if set), rewritten after
 every seed, so an interrupted benchmark keeps the seeds it finished.
@@ -36,21 +36,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import rl_arms  # noqa: E402 - benchmarks/rl_arms.py, beside this script (--arms)
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks import rl_arms  # noqa: E402 - the arms of --arms
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab import pipeline  # noqa: E402
 from coa_lab.machine import machine_peak  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.evaluate import evaluate  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
-from coa_lab.lesson_inputs import SHIPPED_TEACHER_RUNS  # noqa: E402
+from coa_lab.lessons.inputs import SHIPPED_TEACHER_RUNS  # noqa: E402
 from coa_lab.paths import runs_dir  # noqa: E402
 
 

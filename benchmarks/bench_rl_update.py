@@ -1,7 +1,7 @@
-"""Benchmark the DAPO policy update: one packed row per group (coa_lab/packing.py: the group's
+"""Benchmark the DAPO policy update: one packed row per group (coa_lab/training/packing.py: the group's
 shared prompt computed once, no padding) vs padded rows, on the same sampled groups, in one run.
 
-Run:  PYTHONPATH=. python benchmarks/bench_rl_update.py [--groups 6] [--adapter DIR]
+Run:  python -m benchmarks.bench_rl_update [--groups 6] [--adapter DIR]
 Writes runs/bench/rl_update.json (under COA_LAB_RUNS if set).
 
 The groups are sampled once (held-out arithmetic tasks, the demo's SFT adapter when
@@ -20,11 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import demo_adapter, save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import demo_adapter, save  # noqa: E402
 
-from coa_lab.agents.coa_runner import run_coa  # noqa: E402
+from coa_lab.student_rollout import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.hf_generator import HFGenerator  # noqa: E402
 from coa_lab.generation.models import compute_context, load_model  # noqa: E402

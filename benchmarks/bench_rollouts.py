@@ -1,6 +1,6 @@
 """Benchmark multi-turn tool rollouts: the lab's cache-keeping decoder vs re-prefilling.
 
-Run:  PYTHONPATH=. python benchmarks/bench_rollouts.py [--tasks 32] [--adapter DIR]
+Run:  python -m benchmarks.bench_rollouts [--tasks 32] [--adapter DIR]
 Writes runs/bench/rollouts.json (under COA_LAB_RUNS if set).
 
 Measured in ONE run on the same model, tasks and batch (ratios are what carry over between
@@ -22,11 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import demo_adapter, save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import demo_adapter, save  # noqa: E402
 
-from coa_lab.agents.coa_runner import run_coa  # noqa: E402
+from coa_lab.student_rollout import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.generation.hf_generator import HFGenerator  # noqa: E402
 from coa_lab.generation.models import compute_context, load_model  # noqa: E402
@@ -110,7 +109,7 @@ def main() -> int:
     import torch
 
     from coa_lab import protocol
-    from coa_lab.agents.coa_runner import task_messages
+    from coa_lab.prompts import task_messages
     from coa_lab.generation.chat_prompt import chat_prompt_ids
 
     per_row = max(1, round(engine["policy_tokens"] / len(tasks)))

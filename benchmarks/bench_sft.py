@@ -1,7 +1,7 @@
-"""Benchmark masked SFT: the lab's SFT (packed batches, coa_lab/packing.py, and its loss with
+"""Benchmark masked SFT: the lab's SFT (packed batches, coa_lab/training/packing.py, and its loss with
 the LM head only where a label is) vs a plain padded `Trainer`, in one run.
 
-Run:  PYTHONPATH=. python benchmarks/bench_sft.py [--examples 24] [--steps 12] [--data demo|shipped]
+Run:  python -m benchmarks.bench_sft [--examples 24] [--steps 12] [--data demo|shipped]
 Writes runs/bench/sft.json (under COA_LAB_RUNS if set).
 
 Both arms use transformers' Trainer with the same LoRA model, data order and batch size; the
@@ -23,16 +23,15 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.distill.importers import load_imported  # noqa: E402
 from coa_lab.generation.models import load_model  # noqa: E402
 from coa_lab.paths import DATASETS_DIR, runs_dir  # noqa: E402
 from coa_lab.machine import machine_peak  # noqa: E402
-from coa_lab.sft import collator, encode_example, masked_trainer, pad_batch, record_messages  # noqa: E402
+from coa_lab.training.sft import collator, encode_example, masked_trainer, pad_batch, record_messages  # noqa: E402
 from coa_lab.trajectories import load_records  # noqa: E402
 
 
@@ -61,7 +60,7 @@ def train(preset, rows, steps: int, lab: bool, out: Path) -> tuple[float, int, i
         counts[1] += sum(len(r["input_ids"]) for r in batch)
         return out
 
-    cls = masked_trainer() if lab else Trainer  # the lab's is what coa_lab.sft.train_sft builds
+    cls = masked_trainer() if lab else Trainer  # the lab's is what coa_lab.training.sft.train_sft builds
     trainer = cls(model=model, args=args, train_dataset=rows, data_collator=counting)
     t0 = time.perf_counter()
     trainer.train()

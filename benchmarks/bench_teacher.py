@@ -1,6 +1,6 @@
 """Benchmark the teacher's capture: shared-prefix prefill vs plain prefill, in one run.
 
-Run:  PYTHONPATH=. python benchmarks/bench_teacher.py [--arith 24] [--lookup 8]
+Run:  python -m benchmarks.bench_teacher [--arith 24] [--lookup 8]
 Writes runs/bench/teacher.json (under COA_LAB_RUNS if set; benchmarks/results.py).
 
 Every agent of the multi-agent teacher re-reads its instruction and two worked examples
@@ -18,13 +18,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
-from coa_lab.agents.teacher import run_teacher  # noqa: E402
+from coa_lab.capture.teacher import run_teacher  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.evaluate import teacher_eval  # noqa: E402
 from coa_lab.generation import decoding  # noqa: E402

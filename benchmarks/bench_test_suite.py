@@ -1,6 +1,6 @@
 """The test suite's own time: what `make test` costs on this machine, with the probe beside it.
 
-Run:  PYTHONPATH=. python benchmarks/bench_test_suite.py [--pytest-args "-q -n auto --maxprocesses=4 --dist loadfile --durations=15"]
+Run:  python -m benchmarks.bench_test_suite [--pytest-args "-q -n auto --maxprocesses=4 --dist loadfile --durations=15"]
 Writes runs/bench/test_suite.json (under COA_LAB_RUNS if set; with COA_LAB_PUBLISH=1 also
 docs/results/test_suite.json, the file README's "Tests" figures link to).
 
@@ -32,14 +32,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.machine import machine_peak  # noqa: E402
 
-# "102.16s call     tests/test_distributed.py::test_sft_under_..." (pytest --durations)
+# "102.16s call     tests/e2e/test_distributed.py::test_sft_under_..." (pytest --durations)
 DURATION = re.compile(r"^\s*([0-9.]+)s\s+(setup|call|teardown)\s+(\S.*)$")
 DESELECTED = re.compile(r"(\d+) deselected")
 

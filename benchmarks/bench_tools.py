@@ -1,6 +1,6 @@
 """Benchmark the tools layer: sandbox overhead, BM25 and dense/hybrid query latency.
 
-Run:  PYTHONPATH=. python benchmarks/bench_tools.py [--runs 30] [--queries 200]
+Run:  python -m benchmarks.bench_tools [--runs 30] [--queries 200]
       [--embed-sample 256] [--embed-corpus]
 Writes runs/bench/tools.json (under COA_LAB_RUNS if set).
 
@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-# Runnable as `python benchmarks/bench_tools.py` from a checkout, without installing.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Runnable as `python -m benchmarks.bench_tools` from a checkout, without installing.
 
 from coa_lab.paths import runs_dir  # noqa: E402
 from coa_lab.tools.sandbox import run_python, sandbox_available  # noqa: E402

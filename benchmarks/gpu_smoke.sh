@@ -40,7 +40,7 @@ EOF
     echo "== arms (control, rl+ptx; seeds $SEEDS), at most ${left} s"
     pool=()
     [ -f "$RUNS/$PRESET/rl/pool.json" ] && pool=(--pool-from "$RUNS/$PRESET/rl/pool.json")
-    timeout "$left" $PY benchmarks/bench_rl_seeds.py --preset "$PRESET" --sft-adapter "$RUNS/$PRESET/sft/adapter" \
+    timeout "$left" $PY -m benchmarks.bench_rl_seeds --preset "$PRESET" --sft-adapter "$RUNS/$PRESET/sft/adapter" \
       "${pool[@]}" --arms control rl+ptx --seeds $SEEDS --split val --name gpu_smoke_arms
     echo "arms exit $?"
   fi

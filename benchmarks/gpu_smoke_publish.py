@@ -1,6 +1,6 @@
 """Turn what benchmarks/gpu_smoke.sh brought back from a GPU machine into docs/results/<name>.json.
 
-Run:  python benchmarks/gpu_smoke_publish.py RUN_DIR --gpu "NVIDIA H100 80GB HBM3" --date 2026-11-27 \
+Run:  python -m benchmarks.gpu_smoke_publish RUN_DIR --gpu "NVIDIA H100 80GB HBM3" --date 2026-11-27 \
           --commit 5dcb108 --versions "torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.2" \
           [--stage-seconds pool_screening=279] [--note "..."] [--name gpu_smoke_h100]
 

@@ -2,14 +2,14 @@
 
 Run on a CUDA machine (see docs/gpu-validation.md for the recorded results):
 
-    python benchmarks/gpu_validate.py --tokenizer DIR --out OUTDIR [--contexts 4096 8192]
+    python -m benchmarks.gpu_validate --tokenizer DIR --out OUTDIR [--contexts 4096 8192]
 
 Weights do not matter for speed and memory, and the GPU machine has no model hub, so the
 model is the Qwen2.5-3B architecture with random weights, with the embedded SmolLM2
 tokenizer files for token ids (all ids fall inside Qwen's larger vocabulary). In one process:
 
-1. 4-bit QLoRA SFT (coa_lab.sft.train_sft, preset gpu-3b-qlora) at each context, with each LM
-   head (coa_lab/lm_head.py): "plain" (every position's logits at once: the lab before issue 28),
+1. 4-bit QLoRA SFT (coa_lab.training.sft.train_sft, preset gpu-3b-qlora) at each context, with each LM
+   head (coa_lab/training/lm_head.py): "plain" (every position's logits at once: the lab before issue 28),
    "chunked" (1,024 positions at a time, recomputed in the backward) and "fused" (liger-kernel's
    fused linear cross-entropy, where it is installed): peak memory and tokens/s.
 2. One DAPO update (coa_lab.rl.update.policy_update) of one group of 8 rollouts, 512 prompt
@@ -23,7 +23,7 @@ tokenizer files for token ids (all ids fall inside Qwen's larger vocabulary). In
    file this writes): predicted / measured, the planner's error re-stated.
 
 `--smoke` runs all of it on the CPU with a tiny random Llama and short contexts in about a
-minute (tests/test_benchmarks.py), so the day a GPU is lent the script is known to run.
+minute (tests/bench_scripts/test_benchmarks.py), so the day a GPU is lent the script is known to run.
 Results: OUTDIR/gpu_validation.json, rewritten after every measurement.
 """
 
@@ -35,12 +35,9 @@ import json
 import os
 import random
 import shutil
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 QWEN25_3B = dict(  # the published Qwen2.5-3B architecture numbers
     vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
@@ -101,10 +98,10 @@ def build_random_model(tokenizer_dir: Path, target: Path, smoke: bool) -> Path:
 
 @contextlib.contextmanager
 def lm_head_mode(mode: str):
-    """The LM head path the lab's losses take (coa_lab/lm_head.py) for the measurements inside.
+    """The LM head path the lab's losses take (coa_lab/training/lm_head.py) for the measurements inside.
     Yields a function: the positions that went through the fused kernel inside (0 unless "fused"
     ran it: the proof, in the results file, of which path a figure measured)."""
-    from coa_lab import lm_head
+    from coa_lab.training import lm_head
 
     saved = lm_head.UNCHUNKED, os.environ.get("COA_LAB_FUSED_CE")
     lm_head.UNCHUNKED = mode == "plain"
@@ -134,7 +131,7 @@ def check_datasets_package() -> None:
 
 
 def heads_available(device: Device) -> list[str]:
-    from coa_lab import lm_head
+    from coa_lab.training import lm_head
 
     return [h for h in HEADS if h != "fused" or (device.cuda and lm_head._liger_kernel() is not None)]
 
@@ -168,7 +165,7 @@ def preset_for(model_dir: Path, device: Device, **sections):
 
 
 def sft_run(model_dir: Path, tokenizer, context: int, head: str, device: Device, out: Path, steps: int) -> dict:
-    from coa_lab.sft import train_sft
+    from coa_lab.training.sft import train_sft
 
     preset = preset_for(model_dir, device, sft={"max_length": context, "epochs": 1, "batch_size": 1, "grad_accum": 1})
     records = long_records(tokenizer, steps, context)
@@ -185,7 +182,7 @@ def sft_run(model_dir: Path, tokenizer, context: int, head: str, device: Device,
 def dapo_run(model, tok, preset, context: int, prompt_len: int, head: str, device: Device) -> dict:
     import torch
 
-    from coa_lab.agents.coa_runner import Rollout
+    from coa_lab.student_rollout import Rollout
     from coa_lab.generation.models import compute_context
     from coa_lab.rl.update import policy_update
 
@@ -243,7 +240,7 @@ def decode_run(model, tok, batch: int, new_tokens: int, compute=contextlib.nullc
     every step (as before decoding.frozen_linears_in_autocast_dtype held them in bf16): the suspect
     for its x0.48 of `generate` on the H200, which the H100 run traced to the order of measurement
     (docs/gpu-validation.md)."""
-    from bench_decode import hf_generate, lab_decode
+    from benchmarks.bench_decode import hf_generate, lab_decode
 
     prompts = decode_prompts(tok, batch)
     lab_decode(model, tok, prompts[:2], 4, compute)  # warm-up
@@ -283,7 +280,7 @@ def profile_decode(model, tok, batch: int, new_tokens: int, device: Device, comp
     """torch.profiler around the lab's decoder and around `generate`, the same prompts: per path the
     wall time, the GPU's summed kernel time and the host's, and the top operators by GPU time. A
     path whose wall time is far above its GPU time is bound by the host (Python, launches, syncs)."""
-    from bench_decode import hf_generate, lab_decode
+    from benchmarks.bench_decode import hf_generate, lab_decode
     from torch.profiler import ProfilerActivity, profile
 
     prompts = decode_prompts(tok, batch)

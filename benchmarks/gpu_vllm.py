@@ -2,7 +2,7 @@
 RUN: no GPU was lent to the session that wrote it (docs/gpu-validation.md says what is open).
 
     pip install --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-    python benchmarks/gpu_vllm.py --tokenizer DIR --out OUTDIR
+    python -m benchmarks.gpu_vllm --tokenizer DIR --out OUTDIR
 
 The vLLM wheel must match the machine's torch (vllm 0.33.0 needs torch 2.14.0; the lent H100
 image had 2.11: use the vLLM release built for it). Like gpu_validate.py, the model is the
@@ -23,21 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_validate import build_random_model  # noqa: E402 - the same random Qwen2.5-3B
+from benchmarks.gpu_validate import build_random_model  # noqa: E402 - the same random Qwen2.5-3B
 
 LORA_R = 64  # the gpu-3b-qlora preset's
 
 
 def prompts_for(tokenizer, n: int) -> list[list[int]]:
     """The lab's own rollout prompts (the CoA system prompt and a math question per row)."""
-    from coa_lab.agents.coa_runner import task_messages
+    from coa_lab.prompts import task_messages
     from coa_lab.generation.chat_prompt import chat_prompt_ids
 
     return [chat_prompt_ids(tokenizer, task_messages("math", f"What is {1000 + 37 * i} * {17 + i}?", ["code"]))

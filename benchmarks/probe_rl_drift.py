@@ -1,6 +1,6 @@
 """Is an RL adapter's loss against SFT its update's direction, or just the size of the step?
 
-Run:  PYTHONPATH=. python benchmarks/probe_rl_drift.py --rl RUN/rl/adapter [--rl ...]
+Run:  python -m benchmarks.probe_rl_drift --rl RUN/rl/adapter [--rl ...]
       [--sft-adapter runs/bench/rl_seeds/sft/adapter] [--split val] [--arith 96 --lookup 32]
 Writes runs/bench/NAME.json (--name, default rl_drift; under COA_LAB_RUNS if set). A diagnostic, not part of `make bench`.
 
@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab import pipeline  # noqa: E402
 from coa_lab.machine import machine_peak  # noqa: E402

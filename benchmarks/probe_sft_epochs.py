@@ -1,7 +1,7 @@
 """Could the demo train its SFT student for fewer epochs? The same kept trajectories, SFT for N
 epochs each, every adapter scored on the same VALIDATION tasks (paired, greedy).
 
-Run:  PYTHONPATH=. python benchmarks/probe_sft_epochs.py [--run runs/demo] [--epochs 5 3]
+Run:  python -m benchmarks.probe_sft_epochs [--run runs/demo] [--epochs 5 3]
       [--adapter 5=runs/demo/sft/adapter] [--arith 96 --lookup 32]
 Writes runs/bench/NAME.json (--name, default sft_epochs; under COA_LAB_RUNS if set). A diagnostic
 for a demo-size decision (issue 27), not part of `make bench`.
@@ -21,13 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab import pipeline  # noqa: E402
 from coa_lab.config import preset_from_dict  # noqa: E402

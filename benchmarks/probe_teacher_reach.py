@@ -8,7 +8,7 @@ in any of `--attempts` tries, the later ones sampled at `--temperature` (what re
 in the capture would add), and, given `--sft-adapter`, how often the SFT student solves the same
 kind on VALIDATION questions (greedy):
 
-    PYTHONPATH=. python benchmarks/probe_teacher_reach.py [--per-relation 10] [--level4 16]
+    python -m benchmarks.probe_teacher_reach [--per-relation 10] [--level4 16]
         [--attempts 4] [--temperature 0.7] [--sft-adapter runs/demo/sft/adapter]
 
 Writes runs/bench/teacher_reach.json (COA_LAB_PUBLISH=1: docs/results/teacher_reach.json).
@@ -20,19 +20,17 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results import save  # noqa: E402 - benchmarks/results.py, beside this script
+from benchmarks.results import save  # noqa: E402
 
 from coa_lab import pipeline  # noqa: E402
 from coa_lab.machine import machine_peak  # noqa: E402
-from coa_lab.agents.capture import make_teacher  # noqa: E402
-from coa_lab.agents.teacher import run_teacher  # noqa: E402
+from coa_lab.capture.recorder import make_teacher  # noqa: E402
+from coa_lab.capture.teacher import run_teacher  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
 from coa_lab.rl.pool import template_of  # noqa: E402
 from coa_lab.tasks import arithmetic  # noqa: E402

@@ -87,7 +87,7 @@ def _time_split(metrics: list[dict], group_size: int) -> dict:
 
 
 def run_arms(args, overrides: dict, base: Path, adapter: Path, kept: Path) -> int:
-    from results import save
+    from benchmarks.results import save
 
     from coa_lab import pipeline
     from coa_lab.config import get_preset

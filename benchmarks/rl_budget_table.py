@@ -1,6 +1,6 @@
 """What the policy gradient needs: its effect over the SFT-only control at several rollout budgets.
 
-Run:  python benchmarks/rl_budget_table.py LABEL=ARMS_JSON [LABEL=ARMS_JSON ...] [--name rl_budget] [--publish]
+Run:  python -m benchmarks.rl_budget_table LABEL=ARMS_JSON [LABEL=ARMS_JSON ...] [--name rl_budget] [--publish]
 
 Each ARMS_JSON is a `bench_rl_seeds.py --arms rl+ptx control` result (runs/bench/<name>.json) from
 the SAME SFT adapter, pool screening and evaluation tasks, at one rollout budget (e.g.
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from coa_lab.machine import machine_peak
         from coa_lab.published import publish
 
-        source = "python benchmarks/rl_budget_table.py " + " ".join(args.budgets)
+        source = "python -m benchmarks.rl_budget_table " + " ".join(args.budgets)
         print(publish(args.name, result, source, machine_peak()))
     return 0
 

@@ -53,7 +53,7 @@ def _expected(exc: BaseException) -> bool:
     that does not load, a teacher or server that does not answer."""
     if isinstance(exc, (ValueError, OSError, ImportError)):
         return True  # decided without importing torch (`coa-lab plan` runs without it)
-    from coa_lab.agents.capture import CaptureError
+    from coa_lab.capture.recorder import CaptureError
     from coa_lab.generation.http_client import BackendError
     from coa_lab.generation.models import ModelLoadError
     from coa_lab.tools.sandbox import SandboxUnavailableError
@@ -173,7 +173,7 @@ def _run(args) -> int:
             raise SystemExit("coa-lab eval --policy gold needs --suite PATH")
         return gold_main(["--suite", args.suite, "--workers", str(args.workers)])
     if args.command == "serve":
-        from coa_lab.generation.serve import serve_main
+        from coa_lab.serve.app import serve_main
 
         return serve_main(args)
     if args.command == "plan":

@@ -90,7 +90,7 @@ class CaptureConfig:
     multi_hop_hops: int = 2
     teacher_model: str | None = None  # None: the preset's model; or any model name / path
     teacher_max_new_tokens: int = 40  # per agent call: the agents are few-shot and terse
-    few_shot: int = 2  # worked examples per agent prompt (agents/worked_examples.py)
+    few_shot: int = 2  # worked examples per agent prompt (capture/worked_examples.py)
     # A remote teacher: any OpenAI-compatible base URL (".../v1"; `coa-lab serve`, `vllm serve`,
     # Ollama, a hosted API); teacher_model is then the model name sent. The key is read from the
     # environment variable named here, never from the preset.

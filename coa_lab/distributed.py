@@ -5,7 +5,7 @@
 
 Outside a launcher every function here is a no-op on one rank, so the single-process path
 is the same code. Under a launcher (WORLD_SIZE > 1) `init()` joins the process group that
-accelerate sets up: NCCL on GPUs, gloo on CPU (how tests/test_distributed.py runs two ranks
+accelerate sets up: NCCL on GPUs, gloo on CPU (how tests/e2e/test_distributed.py runs two ranks
 on a laptop).
 
 SFT needs nothing more: transformers' Trainer shards the data and reduces the gradient
@@ -35,7 +35,7 @@ import os
 
 def launch_argv(config: str, processes: int, stage_args: list[str], port: int | None = None) -> list[str]:
     """The command line that runs `coa-lab STAGE_ARGS...` on `processes` ranks of this machine
-    with configs/CONFIG.yaml (what notebook 06 and tests/test_distributed.py start):
+    with configs/CONFIG.yaml (what notebook 06 and tests/e2e/test_distributed.py start):
 
         accelerate launch --config_file configs/ddp.yaml --num_processes 2 -m coa_lab.cli sft --run R
 

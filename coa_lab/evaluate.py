@@ -14,7 +14,7 @@ from math import comb
 from pathlib import Path
 
 from coa_lab import protocol
-from coa_lab.agents.coa_runner import run_coa
+from coa_lab.student_rollout import run_coa
 from coa_lab.config import Preset
 from coa_lab.tasks.scorers import score
 from coa_lab.trajectories import TrajectoryRecord, save_records

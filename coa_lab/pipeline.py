@@ -107,9 +107,9 @@ def make_tools(preset: Preset):
 
 def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
     """The teacher on the capture tasks, appended run by run to capture/traces.jsonl; on a
-    folder that already has traces it resumes (agents/capture.py): every task exactly once."""
+    folder that already has traces it resumes (capture/recorder.py): every task exactly once."""
     preset = _engine_share(preset)
-    from coa_lab.agents.capture import capture_runs, make_teacher, teacher_name
+    from coa_lab.capture.recorder import capture_runs, make_teacher, teacher_name
     from coa_lab.evaluate import teacher_eval
 
     c = preset.capture
@@ -117,18 +117,17 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
     multi = multi_hop_tasks(preset) if c.multi_hop_tasks else []  # checked before any capture work
     backend = make_teacher(preset)
     traces = run / "capture" / "traces.jsonl"
-    common = dict(teacher=teacher_name(preset), observation_chars=preset.gen.observation_chars)
     tools = make_tools(preset)
-    result = capture_runs(backend, tasks, tools, c, traces, resume=resume, **common)
+    result = capture_runs(backend, tasks, tools, preset, traces, resume=resume)
     if multi:  # their own lockstep batches: the one-hop runs are the same with or without them
-        more = capture_runs(backend, multi, tools, dataclasses.replace(c, max_hops=c.multi_hop_hops),
-                            traces, resume=True, **common)
+        two_hop = dataclasses.replace(preset, capture=dataclasses.replace(c, max_hops=c.multi_hop_hops))
+        more = capture_runs(backend, multi, tools, two_hop, traces, resume=True)
         result = dataclasses.replace(more, resumed=result.resumed, captured=result.captured + more.captured,
                                      seconds=round(result.seconds + more.seconds, 1),
                                      dropped_torn_line=result.dropped_torn_line or more.dropped_torn_line)
     runs = result.runs
     if runs and all(r.error for r in runs):  # nothing to distill: a teacher that never answered
-        from coa_lab.agents.capture import CaptureError
+        from coa_lab.capture.recorder import CaptureError
 
         where = c.teacher_url or teacher_name(preset)
         raise CaptureError(f"all {len(runs)} teacher runs failed ({where}; first: {runs[0].error[:200]}). "
@@ -158,7 +157,7 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
 
 def distill(preset: Preset, run: Path) -> dict:
     """Convert teacher runs (and the shipped real trajectories) to CoA, then filter."""
-    from coa_lab.agents.teacher import load_runs
+    from coa_lab.capture.teacher import load_runs
     from coa_lab.distill.convert import run_to_coa
     from coa_lab.distill.filters import progressive_filter
     from coa_lab.distill.importers import load_imported
@@ -212,7 +211,7 @@ def _count(items) -> dict[str, int]:
 def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
     """Masked SFT on distill/kept.jsonl. Under `accelerate launch` every rank runs this and
     transformers' Trainer splits the batches (coa_lab/distributed.py); rank 0 writes the files."""
-    from coa_lab.sft import train_sft
+    from coa_lab.training.sft import train_sft
     from coa_lab.trajectories import load_records
 
     t0 = time.time()
@@ -259,9 +258,7 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
         import torch
 
         torch.manual_seed(rl_seed(preset))  # the screening samples are RL's randomness too
-        pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset.gen, r.pool_samples,
-                                   r.pool_min_pass, r.pool_max_pass, r.temperature, r.format_reward,
-                                   adaptive=r.pool_adaptive)
+        pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset)
     fallback = reused_fallback or len(pool) < r.prompts_per_step
     if fallback:  # too few mixed-outcome questions: train on every candidate, and say so
         pool = candidates
@@ -294,7 +291,7 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     """Base / SFT / RL single models on the held-out mix, and the multi-agent teacher on the
     headline (learnable) tasks: the paper's cost comparison on the same tasks."""
     preset = _engine_share(preset)
-    from coa_lab.agents.capture import capture_runs, make_teacher, teacher_name
+    from coa_lab.capture.recorder import capture_runs, make_teacher
     from coa_lab.evaluate import evaluate, save_eval, teacher_eval
 
     t0 = time.time()
@@ -324,9 +321,7 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
         t1 = time.time()
         headline = [t for key in preset.eval.headline for t in groups.get(key, [])]
         teacher = make_teacher(preset)
-        runs = capture_runs(teacher, headline, tools, preset.capture, run / "eval" / "teacher_runs.jsonl",
-                            teacher=teacher_name(preset), observation_chars=preset.gen.observation_chars,
-                            resume=False).runs
+        runs = capture_runs(teacher, headline, tools, preset, run / "eval" / "teacher_runs.jsonl", resume=False).runs
         out["teacher"] = teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})
         if getattr(teacher, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled
             out["teacher_prompt_tokens"] = dict(teacher.stats)

@@ -87,7 +87,7 @@ def coa_system_prompt(profile: str, tools: list[str] | None = None) -> str:
 
 # ---------------------------------------------------------------- the teacher's agents
 # Each agent of the multi-agent teacher sees only its own instructions, the context the
-# orchestrator hands it, and (agents/worked_examples.py) two worked examples as earlier chat
+# orchestrator hands it, and (capture/worked_examples.py) two worked examples as earlier chat
 # turns: that separation and that prompt engineering are what the CoA model internalises.
 
 PLANNER = "You are the planner. Write a one-line plan to solve the task. Do not solve it."
@@ -116,3 +116,11 @@ REFLECTOR = (
     "You are the reflector. Given a question and the latest tool result, say in one sentence whether "
     "the result answers the question."
 )
+
+
+def task_messages(profile: str, question: str, tools: list[str]) -> list[dict]:
+    """The CoA prompt: the whole trajectory is the assistant's reply to this."""
+    return [
+        {"role": "system", "content": coa_system_prompt(profile, tools)},
+        {"role": "user", "content": question},
+    ]

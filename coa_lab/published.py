@@ -6,7 +6,7 @@ is the file (relative to the page that quotes it, as a code host resolves it: ``
 from docs/results.md), the title is the key inside it (dots for nesting, integers for list items, a
 trailing ``*100`` when the text shows a fraction as points or percent, ``*24`` when it shows an
 accuracy on 24 tasks as a count). `check_figures` reads
-every such link and says which ones the file does not back (tests/test_published_figures.py
+every such link and says which ones the file does not back (tests/repo/test_published_figures.py
 runs it), so no result figure is typed by hand. A file that only history quotes (a setting since
 changed, a lever not adopted) moves to `docs/results/archive/`, where its links are checked alike.
 

@@ -156,7 +156,7 @@ def write_summary(run: str | Path, preset=None) -> Path:
 
 def publish_run(run: str | Path, name: str, source: str, directory: Path | None = None) -> Path:
     """docs/results/<name>.json from a finished run, for figures the README quotes by link
-    (tests/test_published_figures.py): summary.json's headline figures, the distillation funnel,
+    (tests/repo/test_published_figures.py): summary.json's headline figures, the distillation funnel,
     the evaluation per benchmark and system, and the stage times with the machine probes they
     were measured beside. Everything is read back from the files the stages wrote."""
     from coa_lab.published import publish

@@ -32,14 +32,7 @@ def tiny_sft_records(n: int) -> list:
 
 
 def import_benchmark(name: str):
-    """A script under benchmarks/ as a module (it imports results.py from beside it)."""
+    """A script under benchmarks/ as a module: benchmarks.<name> (pytest puts the root on the path)."""
     import importlib
-    import sys
-    from pathlib import Path
 
-    bench = str(Path(__file__).resolve().parent.parent / "benchmarks")
-    sys.path.insert(0, bench)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(bench)
+    return importlib.import_module(f"benchmarks.{name}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from coa_lab.agents.teacher import TeacherRun, first_line
+from coa_lab.capture.teacher import TeacherRun, first_line
 from coa_lab.protocol import block, escape_tags, wrap_observation
 
 ROLE_OF_AGENT = {"planner": "plan", "thinker": "think", "reflector": "reflection", "answerer": "answer"}

@@ -19,7 +19,7 @@ def sdpa_gqa_attention(module, query, key, value, attention_mask, dropout: float
     import torch.nn.functional as F
 
     segments = kwargs.get("packed_segments")
-    if segments is not None:  # a packed training row (coa_lab/packing.py)
+    if segments is not None:  # a packed training row (coa_lab/training/packing.py)
         return segment_attention(query, key, value, segments, scaling), None
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     # a single query token attends to the whole cache: no causal triangle to apply

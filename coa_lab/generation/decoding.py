@@ -57,7 +57,7 @@ def _sample(logits, temperature: float, top_p: float):
     distribution it was drawn from ([B] each; None when greedy: nothing was sampled).
 
     The distribution is softmax(logits / temperature), cut to the top-p nucleus and renormalised:
-    exactly what RL's trainer must score (rl/dapo.token_logprobs divides by the same
+    exactly what RL's trainer must score (training/logprobs.token_logprobs divides by the same
     temperature). Logged per step, the gap between the two is verl's `rollout_probs_diff_mean`."""
     import torch
 
@@ -169,7 +169,7 @@ MIN_SHARED_PREFIX = 48  # tokens; shorter common prefixes are not worth a separa
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists (also used by coa_lab/packing.py)."""
+    """Length of the longest common prefix of two token lists (also used by coa_lab/training/packing.py)."""
     n, limit = 0, min(len(a), len(b))
     while n < limit and a[n] == b[n]:
         n += 1

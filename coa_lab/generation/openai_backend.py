@@ -4,7 +4,7 @@ as a teacher or judge, with the same `.chat(conversations, max_new_tokens)` as H
 What a remote teacher needs that a local model does not:
 - **concurrency**: a local model batches; a server is fed by many requests in flight. `chat`
   sends its conversations through a bounded thread pool (`concurrency` at a time), and the
-  capture driver (agents/capture.py) runs whole teacher runs side by side on the same client.
+  capture driver (capture/recorder.py) runs whole teacher runs side by side on the same client.
 - **retries**: rate limits (429) and overloaded servers (5xx, timeouts, dropped connections)
   are normal at scale; they are retried with exponential backoff and jitter, honouring the
   server's Retry-After. What retrying cannot fix (400, 404) raises `BackendError` for the

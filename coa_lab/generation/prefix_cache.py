@@ -1,7 +1,7 @@
 """Keys and values of prompt prefixes kept from one decode call to the next.
 
 The teacher's agents each start every prompt with the same instruction and worked examples
-(agents/worked_examples.py): several hundred tokens. Within one batched call the decoder
+(capture/worked_examples.py): several hundred tokens. Within one batched call the decoder
 already prefills such a shared prefix once (decoding.shared_prefix_groups); across calls, a
 capture of 72 tasks in two batches, or the teacher scored on 192 test tasks in six, would
 prefill it again in every batch. This cache keeps each computed shared prefix's K/V, and a

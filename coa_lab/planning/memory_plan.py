@@ -2,7 +2,7 @@
 (`coa-lab plan --preset P --gpus N`; docs/scaling.md). Time per step is coa_lab/planning/step_time.py,
 both against the real GPU runs and as the CLI prints them coa_lab/planning/plan_report.py.
 
-Every term is a formula you can check by hand (tests/test_memory_plan.py does):
+Every term is a formula you can check by hand (tests/planning/test_memory_plan.py does):
 
     weights      params x bytes per weight (4-bit QLoRA: 0.5 B for the layers' linear weights,
                  the embeddings stay in 16-bit)
@@ -18,7 +18,7 @@ Every term is a formula you can check by hand (tests/test_memory_plan.py does):
     logits       c V x (2 + 4 + 4) bytes in 16-bit (the logits, their fp32 upcast for the loss,
                  and its fp32 gradient), c V x 8 in fp32, with c = min(b s, lm_head.CHUNK): the
                  LM head runs a chunk of positions at a time and recomputes it in the backward
-                 (coa_lab/lm_head.py). Unchunked (c = b s, `logits_chunk=None`, what the lab did
+                 (coa_lab/training/lm_head.py). Unchunked (c = b s, `logits_chunk=None`, what the lab did
                  before chunking, and what sharded full fine-tunes still do: ZeRO-3/FSDP gather
                  the head's weights inside their own forward only) this is the largest activation
                  of a long sequence: 46 GiB at 4 x 8,192 positions over a 152k vocabulary
@@ -41,7 +41,7 @@ from pathlib import Path
 
 from coa_lab.config import EMBEDDED_MODEL, ModelConfig, Preset
 from coa_lab.generation.backends import PROMPT_TOKENS, rows_for_budget
-from coa_lab.lm_head import CHUNK
+from coa_lab.training.lm_head import CHUNK
 
 GIB = 1024**3
 # PROMPT_TOKENS (generation/backends.py): the typical prompt the rollouts' KV cache and length assume

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coa_lab.config import Preset, get_preset
-from coa_lab.lm_head import CHUNK
+from coa_lab.training.lm_head import CHUNK
 from coa_lab.paths import PROJECT_ROOT
 from coa_lab.planning.memory_plan import MEMORY_MARGIN, ModelShape, fit_verdict, plan, rl_on_one_card, shape_of
 from coa_lab.planning.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MFU, GPUSpec, decode_seconds,
@@ -22,7 +22,7 @@ VALIDATION_JSON_CHUNKED = PROJECT_ROOT / "docs" / "results" / "gpu_validation_h2
 # the same H200 kind after the GPU autocast fix (models.compute_context): bf16 activations in the update
 VALIDATION_JSON_AUTOCAST = PROJECT_ROOT / "docs" / "results" / "gpu_validation_h200_autocast.json"
 VALIDATION_RUNS = (VALIDATION_JSON, VALIDATION_JSON_CHUNKED, VALIDATION_JSON_AUTOCAST)
-# The errors stated for the defaults (tests/test_memory_plan.py holds calibration() to them):
+# The errors stated for the defaults (tests/planning/test_memory_plan.py holds calibration() to them):
 SFT_TOKENS_PER_S_ERROR = 0.40  # |predicted / measured - 1| of SFT tokens/s
 UPDATE_SECONDS_ERROR = 0.20  # the same for the DAPO update's seconds
 MEMORY_RATIO_RANGE = (0.75, 1.30)  # predicted / measured peak memory

@@ -1,5 +1,5 @@
 """DAPO (arXiv 2503.14476) as small pure functions on tensors. No model, no I/O: each one is
-exercised on toy tensors in notebook 04 and in tests/test_dapo.py.
+exercised on toy tensors in notebook 04 and in tests/rl/test_dapo.py.
 
 The four techniques and where they live:
 1. clip-higher            -> `dapo_token_loss(clip_low=0.2, clip_high=0.28)`
@@ -135,34 +135,6 @@ def kl_to_reference(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch
     two agree, and its gradient pulls log pi towards log pi_ref. [B, T] -> [B, T]."""
     r = ref_logprobs.detach() - logprobs
     return torch.exp(r) - r - 1
-
-
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int = 1,
-                   temperature: float = 1.0) -> torch.Tensor:
-    """log p(token_t | tokens_<t) for every position t >= start; positions < start get 0.
-
-    temperature: the SAMPLING temperature. The rollouts were drawn from softmax(logits / T), so
-    the ratio and the gradient must be taken of that policy too (verl divides the same way);
-    scoring at T = 1 what was sampled at T = 0.8 optimises another policy than the one sampled.
-
-    input_ids, attention_mask: [B, L] (right-padded) -> [B, L].
-    start: the first position whose log-prob is needed (the shortest prompt's length: no
-    prompt token is ever in the loss). The LM head then runs only on positions start-1..L-2,
-    and chunk by chunk (coa_lab/lm_head.py): [B, L, V] logits would be the largest tensor of
-    the step, 4.6 GiB per 8k-token row at Qwen2.5's vocabulary.
-    """
-    from coa_lab.lm_head import check_temperature, nll_at
-
-    batch, length = input_ids.shape
-    start = max(1, min(int(start), length))
-    temperature = check_temperature(temperature)
-    # position t-1 predicts token t, for t = start..L-1 of every row; the LM head runs there
-    # only, a chunk of positions at a time (coa_lab/lm_head.py: no [B, L, V] logits tensor)
-    columns = torch.arange(start - 1, length - 1, device=input_ids.device)
-    rows = torch.arange(batch, device=input_ids.device).repeat_interleave(len(columns))
-    nll = nll_at(model, {"input_ids": input_ids, "attention_mask": attention_mask}, rows, columns.repeat(batch),
-                 input_ids[:, start:].reshape(-1), temperature)
-    return torch.nn.functional.pad(-nll.view(batch, length - start), (start, 0))  # [B, L], on the graph even when empty
 
 
 def probability_gap(train_logprobs: torch.Tensor, sample_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

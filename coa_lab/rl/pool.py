@@ -15,7 +15,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from coa_lab.agents.coa_runner import run_coa_across_ranks
+from coa_lab.config import Preset
+from coa_lab.student_rollout import run_coa_across_ranks
 from coa_lab.rl.rollouts import rollout_reward
 
 
@@ -58,18 +59,21 @@ def decided_early(successes: int, drawn: int, samples: int, min_pass: float, max
     return 1.0 not in reachable and all(kept_rate(p, min_pass, max_pass) for p in reachable)
 
 
-def select_pool(generator, candidates: list, tools, gen_cfg, samples: int, min_pass: float, max_pass: float,
-                temperature: float, format_gate: bool = True, adaptive: bool = True) -> tuple[list, PoolReport]:
-    """Sample every candidate `samples` times with the policy and keep the mixed-outcome ones
-    (in a launched run the ranks share the rollouts and all get the same pool). A pass is RL's
-    own reward (rl/rollouts.rollout_reward, format_gate = rl.format_reward).
+def select_pool(generator, candidates: list, tools, preset: Preset) -> tuple[list, PoolReport]:
+    """Sample every candidate `rl.pool_samples` times with the policy at `rl.temperature` and keep
+    the mixed-outcome ones, pass rate in [rl.pool_min_pass, rl.pool_max_pass] (in a launched run
+    the ranks share the rollouts and all get the same pool). A pass is RL's own reward
+    (rl/rollouts.rollout_reward, gated on the format as rl.format_reward says).
 
-    adaptive: draw half the samples first, and the rest only for candidates those did not
+    rl.pool_adaptive: draw half the samples first, and the rest only for candidates those did not
     decide (decided_early). The kept set and the anchors follow the same rule as drawing every
     sample; what is saved is the samples of candidates already shown mixed (~15% of the
     demo's screening rollouts). Their pass rate is reported over the samples drawn, and the
     histogram counts them as "k/drawn"."""
-    first = min(samples, max(2, -(-samples // 2))) if adaptive else samples
+    r, gen_cfg = preset.rl, preset.gen
+    samples, min_pass, max_pass, temperature = r.pool_samples, r.pool_min_pass, r.pool_max_pass, r.temperature
+    format_gate = r.format_reward
+    first = min(samples, max(2, -(-samples // 2))) if r.pool_adaptive else samples
     rollouts = run_coa_across_ranks(generator, candidates, tools, gen_cfg, samples=first, temperature=temperature,
                                     progress="screen pool")
     wins = [sum(rollout_reward(r, format_gate) == 1.0 for r in rollouts[i * first : (i + 1) * first])

@@ -6,7 +6,7 @@ sampling)."""
 from __future__ import annotations
 
 from coa_lab import protocol
-from coa_lab.agents.coa_runner import Rollout, run_coa_across_ranks
+from coa_lab.student_rollout import Rollout, run_coa_across_ranks
 from coa_lab.config import Preset
 from coa_lab.rl import dapo
 from coa_lab.tasks.scorers import reward as task_reward

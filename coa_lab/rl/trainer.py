@@ -12,7 +12,7 @@ One step:
    steps with the clip-higher, token-level loss. Mask = policy tokens only (prompt,
    observations, padding and, with overlong filtering, truncated samples get 0). A
    mini-batch is whole groups, and each forward packs one group's samples in one row
-   (coa_lab/packing.py): their shared prompt is computed once, no padding at all.
+   (coa_lab/training/packing.py): their shared prompt is computed once, no padding at all.
 
 Where each part lives: sampling and scoring (1-3) in rl/rollouts.py, the update (4-5) in
 rl/update.py, checkpoints and the resumable task streams in rl/checkpoint.py; this module is
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coa_lab import distributed
-from coa_lab.agents.coa_runner import Rollout
+from coa_lab.student_rollout import Rollout
 from coa_lab.config import Preset
 from coa_lab.rl import dapo
 from coa_lab.rl.checkpoint import CountedStream, TaskCycle, latest_rl_checkpoint, restore_run, save_checkpoint
@@ -162,7 +162,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
         if not sft_records:
             raise ValueError("rl.sft_coef > 0 mixes the SFT loss into RL, but no SFT trajectories were given "
                              "(distill/kept.jsonl); set rl.sft_coef=0 or run the distill stage first")
-        from coa_lab.sft import encode_example, record_messages
+        from coa_lab.training.sft import encode_example, record_messages
 
         encoded = {rec.id: encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length,
                                           mask_observations=preset.sft.mask_observations) for rec in sft_records}

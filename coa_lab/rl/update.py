@@ -10,6 +10,7 @@ import random
 from coa_lab import distributed
 from coa_lab.config import Preset
 from coa_lab.rl import dapo
+from coa_lab.training.logprobs import token_logprobs
 
 
 def _pad(rows: list[list[int]], value: int):
@@ -71,7 +72,7 @@ def _sft_mix(model, rows: list[dict], coef: float, pad_id: int, packed: bool, de
     the ranks' summed gradient is the whole batch's. Returns the loss (this rank's share)."""
     import torch
 
-    from coa_lab.sft import IGNORE_INDEX, masked_lm_loss, pack_batch, pad_batch
+    from coa_lab.training.sft import IGNORE_INDEX, masked_lm_loss, pack_batch, pad_batch
 
     labelled = sum(sum(1 for x in r["labels"][1:] if x != IGNORE_INDEX) for r in rows)
     share = rows[me::world]
@@ -100,7 +101,7 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
 
     import torch
 
-    from coa_lab import packing
+    from coa_lab.training import packing
 
     compute = compute or contextlib.nullcontext
     rl = preset.rl
@@ -117,14 +118,14 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
 
     def logprobs(sub: list[int]):
         """[len(sub), width] log-probs of rollouts `sub` (one group's: they share a prompt)."""
-        if packed:  # the shared prompt once, no padding (coa_lab/packing.py)
+        if packed:  # the shared prompt once, no padding (coa_lab/training/packing.py)
             return packing.sequence_logprobs(model, [ids[i] for i in sub], [list(range(len(sub)))],
                                              [len(flat[i].prompt_ids) for i in sub], pad_id, width,
                                              temperature=rl.temperature)
         # padded to the micro-batch's longest; no prompt token is in the loss: skip their logits
         t, longest = torch.tensor(sub, device=device), max(len(ids[i]) for i in sub)
-        out = dapo.token_logprobs(model, input_ids[t, :longest], attention[t, :longest],
-                                  min(len(flat[i].prompt_ids) for i in sub), temperature=rl.temperature)
+        out = token_logprobs(model, input_ids[t, :longest], attention[t, :longest],
+                             min(len(flat[i].prompt_ids) for i in sub), temperature=rl.temperature)
         return torch.nn.functional.pad(out, (0, width - longest))
 
     # Truncated importance sampling: each policy token's loss weighed by min(pi_train / pi_rollout,
@@ -238,9 +239,8 @@ def sft_only_update(model, optimizer, sft_batches: list[list[dict]], preset: Pre
     adapter is what more SFT gives, the bar RL's own gain is measured against."""
     import contextlib
 
-    import torch
 
-    from coa_lab import packing
+    from coa_lab.training import packing
 
     compute = compute or contextlib.nullcontext
     device = next(model.parameters()).device

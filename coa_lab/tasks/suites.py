@@ -35,7 +35,7 @@ Why these defaults (also in datasets/README.md):
   suites (``code`` and ``web`` have no val).  Their test files were split off after the lab's
   tuning, so nothing was tuned on them.  The CPU demo trains and reports on these;
   GSM8K/HotpotQA stay as the honest hard rows.  Every split is disjoint from every other
-  (tests/test_datasets_disjoint.py).
+  (tests/repo/test_datasets_disjoint.py).
 """
 
 from __future__ import annotations

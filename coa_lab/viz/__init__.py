@@ -15,7 +15,7 @@ def _show_figures_inline() -> None:
 
     The inline backend registers IPython's PNG formatter only when pyplot is imported, which the
     lab never does (pyplot's global state would show each figure twice); without this a Figure
-    displays as "<Figure size 640x320>" in JupyterLab (caught by tests/test_jupyterlab.py)."""
+    displays as "<Figure size 640x320>" in JupyterLab (caught by tests/e2e/test_jupyterlab.py)."""
     try:
         from IPython import get_ipython
         from IPython.core.pylabtools import select_figure_formats

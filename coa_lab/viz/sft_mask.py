@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from coa_lab.viz.style import FONT, HATCH, MONO, esc
 
-IGNORE_INDEX = -100  # same as coa_lab.sft.IGNORE_INDEX; not imported, to keep torch optional
+IGNORE_INDEX = -100  # same as coa_lab.training.sft.IGNORE_INDEX; not imported, to keep torch optional
 _TRAINED_STYLE = "background:#c8f0d2;border-bottom:2px solid #2e9e53"
 MASKED_STYLE = f"background:{HATCH};color:#999;text-decoration:line-through"
 

@@ -165,7 +165,7 @@ AGENT_COLOURS = {"planner": ROLE_COLOURS["plan"], "thinker": ROLE_COLOURS["think
 
 
 def team_run_html(run, title: str | None = None) -> str:
-    """A multi-agent teacher run (agents/teacher.py TeacherRun), agent by agent: the agent's
+    """A multi-agent teacher run (capture/teacher.py TeacherRun), agent by agent: the agent's
     own context (folded: instruction, worked examples, the task as handed over), what it
     said, the tool call the orchestrator ran and its observation, and the tokens it cost."""
     boxes = []

@@ -1,0 +1,103 @@
+"""Lesson 04's exercises: clip-higher, advantages, overlong shaping, the hand update, the run."""
+
+from __future__ import annotations
+
+from coa_lab.lessons.exercises.registry import Exercise, close, register
+
+TOY_RATIOS = (0.79, 0.81, 1.19, 1.21, 1.25, 1.29)  # the clip-higher cell's: one on each side of every bound
+
+
+def _gradients(clip_high: float, ratios=TOY_RATIOS, advantage: float = 1.0) -> list[bool]:
+    import torch
+
+    from coa_lab.rl import dapo
+
+    logp = torch.log(torch.tensor(ratios)).requires_grad_()
+    n = len(ratios)
+    loss, _ = dapo.dapo_token_loss(logp.unsqueeze(0), torch.zeros(1, n), torch.tensor([advantage]),
+                                   torch.ones(1, n), 0.2, clip_high)
+    loss.backward()
+    return [bool(g != 0) for g in logp.grad]
+
+
+def _flip_last(right: dict) -> dict:
+    out = {k: list(v) for k, v in right.items()}
+    first = next(iter(out))
+    out[first][-1] = not out[first][-1]
+    return out
+
+
+register(Exercise(
+    id="04.clip",
+    question="With a positive advantage, which of the six toy ratios keep a gradient at clip_high 0.3, and which at "
+             "0.1? Answer {0.3: [six bools], 0.1: [six bools]}.",
+    truth=lambda ratios=TOY_RATIOS: {h: _gradients(h, ratios) for h in (0.3, 0.1)},
+    hint="a positive advantage pushes the ratio up; the clamp stops the gradient once the ratio is above "
+         "1 + clip_high, and never below 1 (the pessimistic max picks the unclipped term there).",
+    wrong=_flip_last,
+))
+
+
+def _advantages(rewards) -> list[float]:
+    import torch
+
+    from coa_lab.rl import dapo
+
+    return dapo.group_advantages(torch.tensor([list(map(float, rewards))]))[0].tolist()
+
+
+register(Exercise(
+    id="04.advantages",
+    question="A group of four samples is rewarded [1, 0, 0, 0]. What are the four advantages (3 decimals will do)?",
+    truth=lambda rewards=(1, 0, 0, 0): _advantages(rewards),
+    hint="(reward - the group's mean) / the group's standard deviation, the population one (unbiased=False).",
+    wrong=lambda right: [-x for x in right],
+    same=lambda a, b: len(a) == len(b) and all(abs(x - y) < 1e-3 for x, y in zip(a, b)),
+))
+
+
+def _half_penalty_length(max_len: int, buffer: int) -> int:
+    import torch
+
+    from coa_lab.rl import dapo
+
+    lengths = torch.arange(max_len + 1)
+    return int(lengths[dapo.overlong_penalty(lengths, max_len, buffer) <= -0.5][0])
+
+
+register(Exercise(
+    id="04.overlong",
+    question="With max_len 448 and buffer 64, at what length (policy tokens) does the soft overlong penalty first "
+             "reach -0.5?",
+    truth=lambda max_len=448, buffer=64: _half_penalty_length(max_len, buffer),
+    hint="the penalty is 0 up to max_len - buffer, then falls linearly to -1 at max_len.",
+    wrong=lambda right: right + 1,
+))
+
+
+def _grad_tokens(loss_mask, adv) -> int:
+    import torch
+
+    return int((loss_mask.bool() & (torch.as_tensor(adv) != 0).unsqueeze(1)).sum())
+
+
+register(Exercise(
+    id="04.grad_tokens",
+    question="In the update by hand, how many tokens of the group received gradient? Count them from `loss_mask` "
+             "and `adv` alone, without looking at `new.grad`.",
+    truth=_grad_tokens,
+    hint="a token gets gradient when it is in the loss mask AND its sample's advantage is not 0 (before any "
+         "step the ratio is 1, so nothing is clipped yet).",
+    wrong=lambda right: right + 1,
+))
+
+
+register(Exercise(
+    id="04.kept",
+    question="Over the lesson's run, what fraction of the sampled groups did dynamic sampling keep (all steps "
+             "together)?",
+    truth=lambda metrics: sum(x["kept_groups"] for x in metrics) / max(1, sum(x["sampled_groups"] for x in metrics)),
+    hint="result.metrics has kept_groups and sampled_groups per step; sum each over the steps, then divide.",
+    wrong=lambda right: right + 0.1,
+    same=lambda a, b: close(float(a), float(b)),
+))
