@@ -136,6 +136,10 @@ def test_notebook_runs_in_jupyterlab_and_renders_in_chromium(jupyterlab):
         assert not errors, "\n".join("\n".join(e.traceback) for e in errors)
         printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
         assert "scaling checks passed" in printed, printed[-2000:]
+        # the lesson's exercises: each check answers (unanswered here) as a coloured HTML verdict
+        verdicts = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" and "check(" in c.source
+                    for o in c.outputs if "text/html" in o.get("data", {})]
+        assert len(verdicts) == 3 and all("not answered yet" in v for v in verdicts), verdicts
 
         # save the executed notebook back through the API, as the frontend's save does
         saved = api.put(f"/api/contents/{NOTEBOOK}", json={"type": "notebook", "format": "json",
@@ -159,11 +163,17 @@ def test_notebook_runs_in_jupyterlab_and_renders_in_chromium(jupyterlab):
             page.wait_for_selector(".jp-NotebookPanel .jp-RenderedHTMLCommon table", state="attached", timeout=60_000)
             page.wait_for_selector(".jp-NotebookPanel .jp-OutputArea-output img", state="attached", timeout=60_000)
             n_cells = page.locator(".jp-NotebookPanel .jp-Cell").count()
+            # the verdicts render as HTML, and every solution is there but collapsed (<details> shut)
+            verdicts_shown = page.locator(".jp-NotebookPanel .jp-OutputArea-output", has_text="not answered yet").count()
+            solutions = page.locator(".jp-NotebookPanel .jp-RenderedMarkdown details")
+            n_solutions = solutions.count()
+            open_solutions = sum(solutions.nth(i).evaluate("d => d.open") for i in range(n_solutions))
             page.locator(".jp-NotebookPanel .jp-OutputArea-output img").first.scroll_into_view_if_needed()
             page.wait_for_timeout(1500)  # late console errors (extensions, kernel connection)
             page.screenshot(path=str(shot), full_page=False)
         finally:
             browser.close()
     assert n_cells == len(nb.cells)
+    assert verdicts_shown == 3 and n_solutions == 3 and open_solutions == 0, (verdicts_shown, n_solutions, open_solutions)
     assert shot.exists() and shot.stat().st_size > 10_000
     assert not console_errors, console_errors
