@@ -33,7 +33,7 @@ def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int,
     The punishment counts the policy's own tokens only (`Rollout.policy_tokens`): a long tool
     output is the environment's doing, and counting it cut correct answers' rewards. max_len is
     gen.max_response_tokens, the one response budget there is, and it bounds the policy's tokens
-    too. Generation's cut-off counts observation tokens as well (coa_runner: `truncated` is set
+    too. Generation's cut-off counts observation tokens as well (student_rollout: `truncated` is set
     when policy + observation tokens reach it), so a rollout can be cut by a long observation
     before its policy tokens reach the ramp: it is then flagged truncated (overlong filtering
     masks it) but not punished for the observation."""

@@ -2,7 +2,7 @@
 observation tokens masked out of the loss.
 
 One step:
-1. draw prompts; roll out `group_size` trajectories each (coa_runner.run_coa: tools run);
+1. draw prompts; roll out `group_size` trajectories each (student_rollout.run_coa: tools run);
 2. reward = the task's scorer on the final answer (the same function evaluation uses),
    plus DAPO's soft overlong punishment;
 3. dynamic sampling: drop groups with all-equal rewards, draw fresh prompts to refill

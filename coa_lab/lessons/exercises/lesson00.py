@@ -89,6 +89,6 @@ register(Exercise(
              "[0-runs, tool_errors].",
     truth=_scripted_rollout,
     hint="one observation per tool call, one call per turn up to gen.max_turns; the environment answers a call "
-         "identical to an earlier one with a canned reply (coa_runner.ALREADY_SEARCHED) that counts as an error.",
+         "identical to an earlier one with a canned reply (student_rollout.ALREADY_SEARCHED) that counts as an error.",
     wrong=lambda right: [right[0], 0 if right[1] else 1],
 ))
