@@ -21,9 +21,9 @@ def save(name: str, result: dict) -> Path:
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
     if os.environ.get("COA_LAB_PUBLISH") == "1":  # `make bench`: the figures the README links to
-        script = Path(sys.argv[0]).name
+        module = Path(sys.argv[0]).stem  # run as `python -m benchmarks.<module>`
         args = " ".join(sys.argv[1:])
-        print(f"published {publish(name, result, f'benchmarks/{script} {args}'.strip(), result['machine'])}")
+        print(f"published {publish(name, result, f'python -m benchmarks.{module} {args}'.strip(), result['machine'])}")
     return out
 
 
