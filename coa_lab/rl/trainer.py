@@ -81,6 +81,26 @@ def check_logprob_identity(preset: Preset) -> None:
                          f"{preset.model.lora_dropout} randomises it; set model.lora_dropout=0.0")
 
 
+def check_settings(preset: Preset, sft_records) -> None:
+    """Refuse RL settings that cannot run, with the fix, before a model is loaded."""
+    check_logprob_identity(preset)
+    rl = preset.rl
+    if rl.rollout_int8 not in (False, True, "all", "attention"):
+        raise ValueError(f"rl.rollout_int8 must be false, true ('all': every Linear) or 'attention' (q/k/v/o only), "
+                         f"got {rl.rollout_int8!r}")
+    if rl.kl_coef < 0:
+        raise ValueError(f"rl.kl_coef must be >= 0 (0 turns the KL term off), got {rl.kl_coef}")
+    if rl.sft_coef < 0:
+        raise ValueError(f"rl.sft_coef must be >= 0 (0 turns the SFT mix off), got {rl.sft_coef}")
+    if rl.pg_coef < 0:
+        raise ValueError(f"rl.pg_coef must be >= 0 (0: the SFT-only control), got {rl.pg_coef}")
+    if rl.pg_coef == 0 and rl.sft_coef == 0:
+        raise ValueError("rl.pg_coef=0 (the SFT-only control) with rl.sft_coef=0 trains nothing; set rl.sft_coef > 0")
+    if rl.sft_coef > 0 and not sft_records:
+        raise ValueError("rl.sft_coef > 0 mixes the SFT loss into RL, but no SFT trajectories were given "
+                         "(distill/kept.jsonl); set rl.sft_coef=0 or run the distill stage first")
+
+
 def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adapter: str | Path | None = None,
              generator_factory=None, anchors: list | None = None, resume: bool = False, on_step=None,
              sft_records: list[TrajectoryRecord] | None = None) -> RLResult:
@@ -104,10 +124,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     from coa_lab.generation.hf_generator import HFGenerator
     from coa_lab.generation.models import compute_context, grad_scaler, load_model
 
-    check_logprob_identity(preset)  # before anything is loaded: a refused run costs nothing
-    if preset.rl.rollout_int8 not in (False, True, "all", "attention"):
-        raise ValueError(f"rl.rollout_int8 must be false, true ('all': every Linear) or 'attention' (q/k/v/o only), "
-                         f"got {preset.rl.rollout_int8!r}")
+    check_settings(preset, sft_records)  # before anything is loaded: a refused run costs nothing
     distributed.init()  # under `accelerate launch`: join the ranks (a no-op in one process)
     distributed.require_replicated_policy("RL")
     main = distributed.is_main()
@@ -139,8 +156,6 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=rl.learning_rate, weight_decay=0.0)
     reference = None
-    if rl.kl_coef < 0:
-        raise ValueError(f"rl.kl_coef must be >= 0 (0 turns the KL term off), got {rl.kl_coef}")
     if rl.kl_coef > 0:  # the SFT adapter's weights: this run's start, or the checkpoint's copy of them
         from coa_lab.rl.reference import ReferenceWeights
 
@@ -152,16 +167,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     if not pool:
         raise ValueError("RL needs training tasks; the pool is empty")
     sft_iter = None
-    if rl.sft_coef < 0:
-        raise ValueError(f"rl.sft_coef must be >= 0 (0 turns the SFT mix off), got {rl.sft_coef}")
-    if rl.pg_coef < 0:
-        raise ValueError(f"rl.pg_coef must be >= 0 (0: the SFT-only control), got {rl.pg_coef}")
-    if rl.pg_coef == 0 and rl.sft_coef == 0:
-        raise ValueError("rl.pg_coef=0 (the SFT-only control) with rl.sft_coef=0 trains nothing; set rl.sft_coef > 0")
     if rl.sft_coef > 0:
-        if not sft_records:
-            raise ValueError("rl.sft_coef > 0 mixes the SFT loss into RL, but no SFT trajectories were given "
-                             "(distill/kept.jsonl); set rl.sft_coef=0 or run the distill stage first")
         from coa_lab.training.sft import encode_example, record_messages
 
         encoded = {rec.id: encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length,
@@ -198,39 +204,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 sample_seconds = round(time.time() - t0, 1)
                 samples = s.pop("samples")
                 sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(samples)]
-                row = {
-                    "step": step,
-                    # the binary task reward (anchors included) and the shaped one the advantages are computed
-                    # from (+ DAPO's overlong punishment); metrics written before both were logged have one
-                    # "reward_mean", the shaped one
-                    "reward_task_mean": s["task_reward_sum"] / max(1, s["sampled_rollouts"]),
-                    "reward_shaped_mean": s["shaped_reward_sum"] / max(1, s["sampled_rollouts"]),
-                    # the pool's questions only (anchors are reported on their own below)
-                    "accuracy": (s["solved"] - s["anchor_solved"])
-                    / max(1, s["sampled_rollouts"] - s["anchor_groups"] * rl.group_size),
-                    "kept_groups": len(groups),
-                    "sampled_groups": s["sampled_groups"],
-                    "sampling_rounds": s["rounds"],
-                    "tool_calls_per_rollout": s["tool_calls"] / max(1, s["sampled_rollouts"]),
-                    "anchor_groups": s["anchor_groups"],
-                    "anchor_groups_kept": s["anchor_groups_kept"],
-                    # the anchors' sampled accuracy: a drop is drift away from what SFT did well
-                    "anchor_accuracy": s["anchor_solved"] / max(1, s["anchor_groups"] * rl.group_size),
-                    # every sampled rollout's length (policy + observation tokens): what the response
-                    # budget (gen.max_response_tokens) cuts
-                    "response_len_sampled": sum(len(r.response_ids) for r, _, _ in samples) / max(1, len(samples)),
-                    # the policy's own tokens of the same rollouts: what the overlong punishment counts
-                    "response_len_policy": sum(r.policy_tokens for r, _, _ in samples) / max(1, len(samples)),
-                    # mean entropy (nats) of the distributions the sampled policy tokens were drawn from:
-                    # a collapse towards one answer shows as a falling entropy, a loop as a very low one
-                    "entropy": _mean([e for r, _, _ in samples for e in r.entropies]),
-                    # rollouts cut by the per-turn cap (gen.max_new_tokens): loops, kept in the loss
-                    "turn_cut_rollouts": sum(r.finish == "turn_length" for r, _, _ in samples),
-                    "overlong_rollouts": sum(r.truncated for r, _, _ in samples),
-                    # rollouts whose advantage is not zero: the only ones that move the weights. The
-                    # rest of the sampled ones were dropped or sat in an all-equal group (wasted work).
-                    "signal_rollouts": int((dapo.group_advantages(torch.tensor(rewards)) != 0).sum()) if groups else 0,
-                }
+                row = step_metrics(step, s, samples, groups, rewards, rl)
                 if groups:
                     # PPO-ptx: one draw of rl.sft_rows SFT trajectories per optimizer step
                     sft_batches = draw_sft_batches() if sft_iter is not None else None
@@ -241,16 +215,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                     if hasattr(generator, "refresh"):  # the int8 copy: rebuilt from the new weights
                         generator.refresh()
                     if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
-                        step_dir = out_dir / "sampler" / f"step{step}"
-                        if main:
-                            model.save_pretrained(step_dir)
-                        distributed.barrier()  # written before any rank's sampler reads it
-                        generator.set_adapter(step_dir)
-                        distributed.barrier()  # loaded everywhere: the older step folders can go
-                        if main:  # keep this one and the one before (a 32B rank-64 adapter is ~1 GB)
-                            for old in (out_dir / "sampler").glob("step*"):
-                                if old.name not in (step_dir.name, f"step{step - 1}"):
-                                    shutil.rmtree(old, ignore_errors=True)
+                        push_adapter(generator, model, out_dir, step, main)
                     row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
                 else:
                     row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
@@ -275,3 +240,56 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                                 sft_iter)
     distributed.barrier()  # rank 0's files are complete before any rank returns
     return RLResult(adapter_dir, metrics)
+
+
+def step_metrics(step: int, s: dict, samples: list, groups: list, rewards: list, rl) -> dict:
+    """One RL step's row of metrics.jsonl, from collect_batch's counts `s` and its sampled rollouts."""
+    import torch
+
+    return {
+        "step": step,
+        # the binary task reward (anchors included) and the shaped one the advantages are computed
+        # from (+ DAPO's overlong punishment); metrics written before both were logged have one
+        # "reward_mean", the shaped one
+        "reward_task_mean": s["task_reward_sum"] / max(1, s["sampled_rollouts"]),
+        "reward_shaped_mean": s["shaped_reward_sum"] / max(1, s["sampled_rollouts"]),
+        # the pool's questions only (anchors are reported on their own below)
+        "accuracy": (s["solved"] - s["anchor_solved"])
+        / max(1, s["sampled_rollouts"] - s["anchor_groups"] * rl.group_size),
+        "kept_groups": len(groups),
+        "sampled_groups": s["sampled_groups"],
+        "sampling_rounds": s["rounds"],
+        "tool_calls_per_rollout": s["tool_calls"] / max(1, s["sampled_rollouts"]),
+        "anchor_groups": s["anchor_groups"],
+        "anchor_groups_kept": s["anchor_groups_kept"],
+        # the anchors' sampled accuracy: a drop is drift away from what SFT did well
+        "anchor_accuracy": s["anchor_solved"] / max(1, s["anchor_groups"] * rl.group_size),
+        # every sampled rollout's length (policy + observation tokens): what the response
+        # budget (gen.max_response_tokens) cuts
+        "response_len_sampled": sum(len(r.response_ids) for r, _, _ in samples) / max(1, len(samples)),
+        # the policy's own tokens of the same rollouts: what the overlong punishment counts
+        "response_len_policy": sum(r.policy_tokens for r, _, _ in samples) / max(1, len(samples)),
+        # mean entropy (nats) of the distributions the sampled policy tokens were drawn from:
+        # a collapse towards one answer shows as a falling entropy, a loop as a very low one
+        "entropy": _mean([e for r, _, _ in samples for e in r.entropies]),
+        # rollouts cut by the per-turn cap (gen.max_new_tokens): loops, kept in the loss
+        "turn_cut_rollouts": sum(r.finish == "turn_length" for r, _, _ in samples),
+        "overlong_rollouts": sum(r.truncated for r, _, _ in samples),
+        # rollouts whose advantage is not zero: the only ones that move the weights. The
+        # rest of the sampled ones were dropped or sat in an all-equal group (wasted work).
+        "signal_rollouts": int((dapo.group_advantages(torch.tensor(rewards)) != 0).sum()) if groups else 0,
+    }
+
+
+def push_adapter(generator, model, out_dir: Path, step: int, main: bool) -> None:
+    """Hand a sampler that reads adapters from disk (vLLM) the weights of this step."""
+    step_dir = out_dir / "sampler" / f"step{step}"
+    if main:
+        model.save_pretrained(step_dir)
+    distributed.barrier()  # written before any rank's sampler reads it
+    generator.set_adapter(step_dir)
+    distributed.barrier()  # loaded everywhere: the older step folders can go
+    if main:  # keep this one and the one before (a 32B rank-64 adapter is ~1 GB)
+        for old in (out_dir / "sampler").glob("step*"):
+            if old.name not in (step_dir.name, f"step{step - 1}"):
+                shutil.rmtree(old, ignore_errors=True)
