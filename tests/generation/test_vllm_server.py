@@ -560,7 +560,13 @@ def test_an_rl_run_samples_from_the_server_and_pushes_every_update(lab, tmp_path
 
     local, tok = load_model(preset.model, adapter=tmp_path / "rl" / "adapter")
     want = HFGenerator(local, tok).generate(lab.prompts, 16, 0.0, 1.0, ["."])
-    assert [w.token_ids for w in want] != [r.token_ids for r in lab.reference("tuned")]  # RL moved the policy
+    # RL moved the policy: the weights, not greedy tokens, which three small steps may leave unchanged
+    # on some machines (a CI draw read the same 16 tokens before and after)
+    from safetensors.torch import load_file
+    before = load_file(str(lab.adapter / "adapter_model.safetensors"))
+    after = load_file(str(tmp_path / "rl" / "adapter" / "adapter_model.safetensors"))
+    assert before.keys() == after.keys()
+    assert max((after[k] - before[k]).abs().max().item() for k in before) > 0
     probe = VLLMServerGenerator(lab.url, lab.tok, api_key_env=lab.key_env)
     probe.set_adapter(tmp_path / "rl" / "sampler" / "step2")  # the same folder: the adapter already loaded
     assert probe.lora_name == served[0]
