@@ -159,14 +159,32 @@ def chunked_nll(model, head, hidden: torch.Tensor, targets: torch.Tensor, temper
     return torch.cat(out) if out else hidden[:0, 0].float()  # empty, but still on the graph for backward
 
 
+def _returned_all(states: torch.Tensor, columns: torch.Tensor, length: int) -> bool:
+    """Whether a forward asked for `columns` (sorted, unique) of `length` positions returned all
+    of them instead: the pinned unsloth (2026.10.9, models/llama.py) replaces a tensor
+    `logits_to_keep` by 0, "keep everything", so an index meant for the kept columns alone would
+    read other positions, silently. When K == length both readings agree (columns = 0..L-1)."""
+    if states.shape[1] == len(columns):
+        return False
+    if states.shape[1] != length:
+        raise ValueError(f"the forward returned {states.shape[1]} positions for {len(columns)} kept "
+                         f"columns of a {length}-token row")
+    return True
+
+
 def hidden_at(model, inputs: dict, columns: torch.Tensor):
     """(head, hidden [R, K, H]): the final hidden states at `columns` (sorted, unique) of every row,
-    from one forward whose LM head projects nothing."""
+    from one forward whose LM head projects nothing. A model that ignores the tensor
+    `logits_to_keep` (unsloth) hands the head every position: the columns are picked here, from
+    hidden states the head never projected (cheap)."""
     with _captured_head_input(model) as (head, box):
         model(**inputs, logits_to_keep=columns.to(inputs["input_ids"].device))
     if not box:
         raise ValueError(f"{type(model).__name__}'s forward never called its LM head")
-    return head, box[0]
+    hidden = box[0]
+    if _returned_all(hidden, columns, inputs["input_ids"].shape[1]):
+        hidden = hidden[:, columns.to(hidden.device)]
+    return head, hidden
 
 
 def nll_at(model, inputs: dict, rows: torch.Tensor, columns: torch.Tensor, targets: torch.Tensor,
@@ -182,7 +200,10 @@ def nll_at(model, inputs: dict, rows: torch.Tensor, columns: torch.Tensor, targe
         # the head outside it is not proven here (no multi-GPU run), so sharded full fine-tunes
         # keep the unchunked head, and `coa-lab plan` counts their whole logits
         device = inputs["input_ids"].device
-        logits = model(**inputs, logits_to_keep=keep.to(device)).logits[rows.to(device), where.to(device)].float()
+        logits = model(**inputs, logits_to_keep=keep.to(device)).logits
+        # every position back (unsloth ignores a tensor logits_to_keep): index the columns themselves
+        at = keep[where] if _returned_all(logits, keep, inputs["input_ids"].shape[1]) else where
+        logits = logits[rows.to(device), at.to(device)].float()
         return torch.nn.functional.cross_entropy(logits / temperature, targets.to(device), reduction="none",
                                                  ignore_index=ignore_index)
     head, hidden = hidden_at(model, inputs, keep)

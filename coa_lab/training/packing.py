@@ -14,7 +14,11 @@ along each sequence, so every sequence gets the hidden states of its own padded 
 
 Only attention implementations that take an arbitrary 4D mask can do this (sdpa, eager, and
 the lab's CPU sdpa in coa_lab/generation/cpu_attention.py); `supported(model)` says whether a model's
-does, and the callers fall back to padded batches where it does not (flash-attention). A
+does, and the callers fall back to padded batches where it does not (flash-attention). Nor does
+a model under unsloth (gpu-3b-qlora's default): the pinned 2026.10.9 drops the attention mask in
+train mode (models/llama.py keeps only a left-padded 2-D one), so packed sequences would attend
+to each other, silently. Its right-padded rows need no mask (causal attention never reaches the
+trailing pads), so unsloth gets padded batches and `model_inputs` refuses it a packed one. A
 masked attention still computes every (query, key) pair of the row, so on CPU the lab's
 attention takes the row's `segments` instead and runs each sequence's own block against its
 own keys only (`cpu_attention.segment_attention`).
@@ -22,6 +26,8 @@ own keys only (`cpu_attention.segment_attention`).
 
 from __future__ import annotations
 
+import functools
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +36,9 @@ from coa_lab.generation.cpu_attention import NAME as CPU_SDPA
 from coa_lab.generation.decoding import common_prefix
 
 _MASK_KINDS = {"sdpa": "bool", CPU_SDPA: "bool", "eager": "additive"}
+UNSLOTH_REFUSAL = ("packed rows need their 4D attention mask, which unsloth drops in train mode (the "
+                   "sequences would attend to each other): use padded batches")
+log = logging.getLogger(__name__)
 
 
 def _attention_of(model) -> str | None:
@@ -37,8 +46,29 @@ def _attention_of(model) -> str | None:
     return getattr(getattr(model, "module", model).config, "_attn_implementation", None)
 
 
+def under_unsloth(model) -> bool:
+    """Whether unsloth has patched the model. Its FastLanguageModel replaces the forward of the
+    model's classes (PEFT's included) with functions of its own modules (unsloth.models.*, or its
+    compiled cache unsloth_compiled_cache), so a forward from there gives it away, through PEFT,
+    DDP or any other wrapper, whatever the attention implementation says."""
+    for module in model.modules() if hasattr(model, "modules") else [model]:
+        for forward in (getattr(type(module), "forward", None), getattr(module, "forward", None)):
+            if (getattr(forward, "__module__", None) or "").startswith("unsloth"):
+                return True
+    return False
+
+
+@functools.cache
+def _warn_unsloth():
+    log.warning("unsloth model: padded rows, not packed ones (it drops their 4D mask in train mode)")
+
+
 def supported(model) -> bool:
-    """Whether the model's attention takes the packed 4D mask."""
+    """Whether the model's attention takes the packed 4D mask: not under unsloth (module docstring),
+    whose callers then use padded rows, with a one-time warning."""
+    if under_unsloth(model):
+        _warn_unsloth()
+        return False
     return _attention_of(model) in _MASK_KINDS
 
 
@@ -90,6 +120,8 @@ def model_inputs(model, input_ids, position_ids, allowed, segs: list | None = No
     """The forward's keyword arguments for packed rows, the mask in the form the model's
     attention takes (bool for sdpa, additive for eager). With `segs` and the lab's CPU
     attention, attention runs block by block (`cpu_attention.segment_attention`)."""
+    if under_unsloth(model):
+        raise ValueError(UNSLOTH_REFUSAL)
     kind = _MASK_KINDS.get(_attention_of(model))
     if kind is None:
         raise ValueError("this model's attention implementation takes no 4D mask: use padded batches")

@@ -137,7 +137,8 @@ def masked_lm_loss(model, batch: dict, num_items_in_batch=None):
 
 def collator(model, pad_id: int):
     """The batch builder for `model`: packed where its attention takes a 4D mask (sdpa, eager,
-    the CPU sdpa), padded otherwise (flash-attention). benchmarks/bench_sft.py measures both."""
+    the CPU sdpa), padded otherwise (flash-attention, or any model under unsloth, which drops the
+    mask in train mode: packing.supported). benchmarks/bench_sft.py measures both."""
     from coa_lab.training import packing
 
     if packing.supported(model):
