@@ -122,6 +122,7 @@ def gather_rows(local: list) -> list:
     import torch.distributed as dist
 
     parts: list = [None] * dist.get_world_size()
+    # builds no tensor of ours: under NCCL it pickles onto the current CUDA device, which init() pins
     dist.all_gather_object(parts, local)
     return [row for part in parts for row in part]
 
@@ -134,6 +135,27 @@ def shard(n: int) -> range:
     return range(start, start + per + (r < extra))
 
 
+def collective_device():
+    """Where a tensor handed to a collective must live: the backend moves only its own kind.
+    accelerate joins CUDA ranks over NCCL alone, which refuses CPU tensors ("Tensors must be
+    CUDA and dense"); gloo (CPU ranks) takes CPU tensors. Every collective here that builds
+    its own tensor builds it here (tests/core/test_distributed_device.py)."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return _rank_gpu()
+    return torch.device("cpu")
+
+
+def _rank_gpu():
+    """This rank's GPU: init() pinned it with torch.cuda.set_device (accelerate's PartialState
+    does too). A function of its own so that the CPU-only tests can stand in for CUDA."""
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def all_reduce_gradients(params) -> None:
     """Sum the gradients of `params` over ranks (a rank with no micro-batch contributes zeros)."""
     if world_size() <= 1:
@@ -142,11 +164,13 @@ def all_reduce_gradients(params) -> None:
     import torch.distributed as dist
 
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])  # one collective instead of one per tensor
+    # one collective instead of one per tensor; .to() copies nothing when the grads are already
+    # on the backend's device (a CUDA model under NCCL, a CPU one under gloo)
+    flat = torch.cat([g.reshape(-1) for g in grads]).to(collective_device())
     dist.all_reduce(flat)
     at = 0
     for p, g in zip(params, grads):
-        p.grad = flat[at : at + g.numel()].view_as(g).clone()
+        p.grad = flat[at : at + g.numel()].view_as(g).to(g.device, copy=True)  # back beside its parameter
         at += g.numel()
 
 
@@ -157,9 +181,9 @@ def all_reduce_sum(values: list[float]) -> list[float]:
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=collective_device())  # NCCL reduces float64 too
     dist.all_reduce(t)
-    return t.tolist()
+    return t.tolist()  # back to Python floats (from the GPU under NCCL)
 
 
 def barrier() -> None:
