@@ -180,22 +180,20 @@ class RLConfig:
     seed: int | None = None
     # Rollouts from an int8 copy (CPU; rl/int8_rollouts.py): True = every Linear, "attention" = q/k/v/o only
     rollout_int8: bool | str = False
-    # Truncated importance sampling whenever the rollouts carry the sampler's log-probs (int8 and
-    # exact ones alike; vLLM here reports none): each policy token's loss x min(pi_train / pi_rollout,
-    # tis_cap). Exact rollouts in fp32 get weights of 1; under bf16 autocast they correct the gap of
-    # a sampler running LoRA merged against a trainer running it unmerged. None: no correction
-    # (the ablation's third arm).
+    # Truncated importance sampling on the sampler's log-probs: every sampler reports them (int8 copy,
+    # the lab's decoder; in-process vLLM asks logprobs=0 after temperature, logprobs_mode processed_logprobs;
+    # the server client asks logprobs=0 too), so it runs on the GPU presets. Each policy token's loss x
+    # min(pi_train / pi_rollout, tis_cap); exact fp32 rollouts weigh 1, bf16 autocast ones correct a LoRA
+    # merged in the sampler against unmerged in the trainer. None: no correction (the ablation's third arm).
     tis_cap: float | None = 2.0
     # A KL term to the SFT policy (the adapter RL starts from), GRPO's k3 estimator per policy
     # token, weighed by kl_coef and averaged like the loss. 0: none, as in DAPO and the AFM
     # release. A guard against drift, chosen (or not) on the validation split (docs/design.md).
     kl_coef: float = 0.0
     # InstructGPT's PPO-ptx, with the SFT data as the mix: every optimizer step adds sft_coef x
-    # the masked SFT loss on sft_rows trajectories of the distilled set (distill/kept.jsonl).
-    # Why: RL's LoRA update is shared by every question template, and a phrase rewarded on one
-    # spreads to others it never sampled well. Measured on validation without it: "Start with
-    # X, take away Y" (rewarded on warehouse questions) replaced "Only hens lay eggs: X * n"
-    # on farm questions SFT had solved (docs/history.md, "Why RL fell, part 2"). 0: off.
+    # the masked SFT loss on sft_rows trajectories of the distilled set (distill/kept.jsonl). Why:
+    # one LoRA update serves every question template, and a phrase rewarded on one spread to others
+    # SFT had solved (docs/design.md, "The SFT loss in every update"; the measurement: docs/history.md). 0: off.
     sft_coef: float = 0.0
     sft_rows: int = 8
     # The policy-gradient term's weight: 1 is RL. 0 is the SFT-only control of an RL run: no
@@ -310,23 +308,23 @@ def _gpu_smoke() -> Preset:
 
 def _gpu_3b_qlora() -> Preset:
     """One 24 GB GPU (L4, A10): Qwen2.5-3B-Instruct, 4-bit QLoRA, the paper's group size. `coa-lab
-    plan --preset gpu-3b-qlora --gpu L4`: SFT + screening + RL ~3.2 h, 6.9 h with the local teacher's
-    capture and evaluation (docs/scaling.md, "One GPU in an afternoon")."""
+    plan --preset gpu-3b-qlora --gpu L4` (docs/results/plan_gpu_3b_l4.json): SFT + screening + RL and
+    the whole recipe with the local teacher's capture and evaluation (docs/scaling.md)."""
     return Preset(
         name="gpu-3b-qlora",
         model=ModelConfig(name="Qwen/Qwen2.5-3B-Instruct", dtype="bfloat16", load_in_4bit=True,
                           use_unsloth=True, lora_r=64, lora_alpha=128, gradient_checkpointing=True),
-        # vLLM where it is installed, else the lab's decoder on the GPU; its batch from a 12 GiB KV
-        # budget: weights + cache plan to 13.8 GiB, x1.3 fits a 24 GiB card. A 1,536-token response
-        # budget over up to 8 turns: GSM8K and HotpotQA trajectories of the capture fit in it.
+        # vLLM where installed, else the lab's decoder. During RL vLLM's own 16-bit copy (5.8 GiB) and a
+        # 2.5 GiB KV budget (35 full-length rows) sit beside the trainer: 18.2 GiB, x1.3 fits 24 GiB. A 1,536-
+        # token response budget over up to 8 turns: GSM8K and HotpotQA trajectories of the capture fit in it.
         gen=GenerationConfig(backend="auto", max_new_tokens=1024, max_turns=8,
-                             max_response_tokens=1536, batch_size=256, kv_budget_gib=12.0, observation_chars=1500),
+                             max_response_tokens=1536, batch_size=256, kv_budget_gib=2.5, observation_chars=1500),
         capture=CaptureConfig(tasks={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, max_hops=6, teacher_max_new_tokens=1024),
         # at most 1,400 trajectories x 2 epochs of ~1.5k tokens: ~83 min of SFT on an L4 (planned)
         distill=DistillConfig(imported_per_suite=250, max_trajectory_tokens=2048),
         sft=SFTConfig(epochs=2, learning_rate=1e-4, batch_size=4, grad_accum=8, max_length=2560, warmup_ratio=0.03),
         # 30 steps x 8 prompts x 8 samples = 1,920 rollouts over 240 prompt draws, one optimizer step
-        # each (~3.6 min a step planned on an L4, the update most of it). The rate is LoRA's:
+        # each (~4.3 min a step planned on an L4, the update most of it). The rate is LoRA's:
         # the paper's 1e-6 is a full fine-tune's, and 30 steps at it would not move an adapter.
         rl=RLConfig(steps=30, prompts_per_step=8, group_size=8, learning_rate=5e-6,
                     mini_batches=1, max_sampling_rounds=2, overlong_buffer=256, temperature=1.0,
@@ -337,15 +335,16 @@ def _gpu_3b_qlora() -> Preset:
 
 
 def _colab_t4() -> Preset:
-    """Colab's free 16 GB T4 (fp16: models.effective_dtype): Qwen2.5-1.5B-Instruct, 4-bit QLoRA, its
-    own teacher unless capture.teacher_url names a stronger one (docs/colab.md); `coa-lab plan
-    --preset colab-t4 --gpu T4`: ~1 h at vLLM's pace. Never run yet."""
+    """Colab's free 16 GB T4, which has no bf16: fp16 there (models.effective_dtype), so Llama-3.2-1B-Instruct,
+    not Qwen2/2.5, whose fp16 activations overflow to NaN (docs/colab.md); 4-bit QLoRA, its own teacher
+    unless capture.teacher_url names a stronger one; `coa-lab plan --preset colab-t4 --gpu T4`. Never run yet."""
     return Preset(
         name="colab-t4",
-        model=ModelConfig(name="Qwen/Qwen2.5-1.5B-Instruct", dtype="bfloat16", load_in_4bit=True, lora_r=32,
+        model=ModelConfig(name="meta-llama/Llama-3.2-1B-Instruct", dtype="bfloat16", load_in_4bit=True, lora_r=32,
                           lora_alpha=64, gradient_checkpointing=True),
+        # 3 GiB of KV: 64 full-length rows, one RL step's rollouts at once, beside vLLM's 16-bit copy and the trainer
         gen=GenerationConfig(backend="auto", max_new_tokens=512, max_turns=6, max_response_tokens=1024,
-                             batch_size=128, kv_budget_gib=5.0, observation_chars=1000),
+                             batch_size=128, kv_budget_gib=3.0, observation_chars=1000),
         capture=CaptureConfig(tasks={"math/gsm8k": 150, "mhqa/hotpotqa": 100}, max_hops=3, teacher_max_new_tokens=384),
         distill=DistillConfig(imported_per_suite=100, max_trajectory_tokens=1536),
         sft=SFTConfig(epochs=2, learning_rate=1e-4, batch_size=4, grad_accum=4, max_length=2048, warmup_ratio=0.03),

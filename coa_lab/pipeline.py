@@ -21,6 +21,7 @@ from pathlib import Path
 
 from coa_lab import distributed
 from coa_lab.config import Preset
+from coa_lab.generation import vllm_engine
 from coa_lab.generation.llm import make_generator
 from coa_lab.machine import machine_peak
 
@@ -92,6 +93,14 @@ def _engine_share(preset: Preset) -> Preset:
     from coa_lab.planning.memory_plan import with_engine_share
 
     return with_engine_share(preset)
+
+
+def _free_the_card() -> None:
+    """Shut down this process's vLLM engine (vllm_engine.release_engine; nothing to do without one)
+    before a stage that trains. Capture's engine holds its share of the GPU until released, and the
+    trainer needs the card: SFT has it alone, and RL makes its own engine at the planned share
+    (_engine_share) before its trainer loads, so the two fit together as `coa-lab plan` sized them."""
+    vllm_engine.release_engine()
 
 
 def make_tools(preset: Preset):
@@ -216,6 +225,7 @@ def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
 
     t0 = time.time()
     records = load_records(run / "distill" / "kept.jsonl")
+    _free_the_card()
     result = train_sft(preset, records, run / "sft", resume=resume)
     summary = {"examples": result.n_examples, "losses": result.losses, "first_loss": result.losses[0],
                "last_loss": result.losses[-1], "trained_tokens": result.trained_tokens,
@@ -228,6 +238,7 @@ def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
 def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False) -> dict:
     """Pool screening, then DAPO. `reuse_pool`: train on the screening already in rl/pool.json
     (benchmarks/bench_rl_seeds.py screens once and varies only RL's own randomness after)."""
+    _free_the_card()  # an engine left by capture (or another share) is never the one RL was planned with
     preset = _engine_share(preset)
     from coa_lab.rl.checkpoint import latest_rl_checkpoint
     from coa_lab.rl.pool import PoolReport, select_pool

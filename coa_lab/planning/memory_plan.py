@@ -25,6 +25,9 @@ Every term is a formula you can check by hand (tests/planning/test_memory_plan.p
     kv cache     rollouts: 2 (K and V) x layers x kv_heads x head_dim x 2 bytes per token, for
                  gen.batch_size sequences of prompt + max_response_tokens, or as many as
                  gen.kv_budget_gib holds (generation/backends.rows_for_budget, what the decoder uses)
+    sampler      an in-process vLLM engine's own copy of the weights: params x bytes of the preset's
+                 dtype, 2 for 4-bit QLoRA too (the lab passes vLLM no quantization); beside the
+                 trainer during RL
 
 Sharding over N GPUs: ZeRO-3 / FSDP divides weights, gradients and optimizer states by N; LoRA runs
 (ZeRO-2 / DDP) divide the gradients and optimizer states only. Activations, logits and the KV cache
@@ -50,6 +53,11 @@ GIB = 1024**3
 KNOWN_SHAPES = {
     EMBEDDED_MODEL: dict(hidden=576, layers=30, heads=9, kv_heads=3, head_dim=64,  # SmolLM2-135M-Instruct
                          intermediate=1536, vocab=49152, tied=True),
+    # colab-t4's student (fp16 on a T4: docs/colab.md), and Unsloth's ungated upload of the same weights
+    "meta-llama/Llama-3.2-1B-Instruct": dict(hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64,
+                                             intermediate=8192, vocab=128256, tied=True),
+    "unsloth/Llama-3.2-1B-Instruct": dict(hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64,
+                                          intermediate=8192, vocab=128256, tied=True),
     "Qwen/Qwen2.5-1.5B-Instruct": dict(hidden=1536, layers=28, heads=12, kv_heads=2, head_dim=128,
                                        intermediate=8960, vocab=151936, tied=True),
     "Qwen/Qwen2.5-3B-Instruct": dict(hidden=2048, layers=36, heads=16, kv_heads=2, head_dim=128,
@@ -135,12 +143,43 @@ def lora_params(shape: ModelShape, r: int, targets) -> int:
     return shape.layers * sum(r * (lin[t][0] + lin[t][1]) for t in targets)
 
 
+def _four_bit_bytes(shape: ModelShape, n: int) -> float:
+    """bitsandbytes 4-bit: the layers' linear weights in 4 bits, the rest (embeddings, norms) in 16-bit."""
+    linear = shape.layers * shape.layer_linear_params()
+    return linear * 0.5 + (n - linear) * 2
+
+
 def weight_bytes(m: ModelConfig, shape: ModelShape, n: int) -> float:
-    """Bytes of the whole model's weights (unsharded) in the preset's dtype / quantization."""
-    if m.load_in_4bit:  # linear weights in 4 bits, the rest (embeddings, norms) in 16-bit
-        linear = shape.layers * shape.layer_linear_params()
-        return linear * 0.5 + (n - linear) * 2
+    """Bytes of the trainer's copy of the weights (unsharded) in the preset's dtype / quantization."""
+    if m.load_in_4bit:
+        return _four_bit_bytes(shape, n)
     return n * (2 if m.dtype in ("bfloat16", "float16") else 4)
+
+
+# gen.backend values whose rollouts come from a vLLM engine in this process ("auto" is vLLM on a GPU
+# where it is installed, what the planner assumes): it holds its own copy of the weights beside the trainer's
+IN_PROCESS_ENGINE = ("vllm", "auto")
+
+
+def engine_weight_bytes(m: ModelConfig, shape: ModelShape, n: int, quantization: str | None = None) -> float:
+    """Bytes of the weights an in-process vLLM engine loads. Without `quantization` vLLM loads the
+    checkpoint in the preset's dtype (generation/llm.engine_dtype: 16-bit for every GPU preset),
+    whatever model.load_in_4bit says: that flag quantizes the trainer's copy only, and the lab passes
+    vLLM no quantization (docs/design.md, "One card holds the plan"). "bitsandbytes" prices vLLM's
+    own in-flight 4-bit: QLoRA's layout."""
+    if quantization is None:
+        return n * (2 if m.dtype in ("bfloat16", "float16") else 4)
+    if quantization == "bitsandbytes":
+        return _four_bit_bytes(shape, n)
+    raise ValueError(f"no weight size known for vLLM quantization {quantization!r}; None or 'bitsandbytes'")
+
+
+def rollout_weight_bytes(preset: Preset, shape: ModelShape, n: int) -> float:
+    """The weights one decode step reads: an in-process engine's own copy (IN_PROCESS_ENGINE), else
+    the policy's (the lab's decoder samples the trainer's model)."""
+    if preset.gen.backend in IN_PROCESS_ENGINE:
+        return engine_weight_bytes(preset.model, shape, n)
+    return weight_bytes(preset.model, shape, n)
 
 
 def trainable_params(m: ModelConfig, shape: ModelShape, n: int) -> int:
@@ -173,8 +212,11 @@ class MemoryPlan:
     kv_per_sequence_mib: float  # one rollout at full length (prompt + max_response_tokens)
     rollout_batch: int  # rows decoded at once: gen.batch_size, or what gen.kv_budget_gib holds
     kv_cache_gib: float  # rollout_batch of them at once: the worst case (vLLM pages and queues the rest)
+    # what the sampler holds: an in-process vLLM engine its own copy (engine_weight_bytes: 16-bit),
+    # the lab's decoder the trainer's weights
+    rollout_weights_gib: float
     train_total_gib: float  # weights + gradients + optimizer + activations + logits
-    rollout_total_gib: float  # weights + KV cache (a separate vLLM engine holds its own copy)
+    rollout_total_gib: float  # rollout weights + KV cache
 
     def to_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -221,12 +263,16 @@ def plan(preset: Preset, gpus: int = 1, shape: ModelShape | None = None,
     kv_sequence = kv_bytes_per_token(shape) * (g.max_response_tokens + PROMPT_TOKENS)
     rows = rows_for_budget(g, kv_sequence)  # the decoder sizes its batch the same way (generation/backends.py)
     kv = kv_sequence * rows
+    # an in-process engine loads its own 16-bit copy; the lab's decoder (and a vLLM server, on its
+    # own node) leaves the trainer's card the policy's weights alone
+    rollout_weights = engine_weight_bytes(m, shape, n) if g.backend in IN_PROCESS_ENGINE else weights
     train = weights + grads + optimizer + activations + logits
     return MemoryPlan(
         params=n, trainable=trainable, weights_gib=weights / GIB, gradients_gib=grads / GIB,
         optimizer_gib=optimizer / GIB, activations_gib=activations / GIB, activations_no_ckpt_gib=act_full / GIB,
-        activations_ckpt_gib=act_ckpt / GIB, logits_gib=logits / GIB, kv_per_sequence_mib=kv_sequence / 1024**2, rollout_batch=rows, kv_cache_gib=kv / GIB,
-        train_total_gib=train / GIB, rollout_total_gib=(weights + kv) / GIB,
+        activations_ckpt_gib=act_ckpt / GIB, logits_gib=logits / GIB, kv_per_sequence_mib=kv_sequence / 1024**2,
+        rollout_batch=rows, kv_cache_gib=kv / GIB, rollout_weights_gib=rollout_weights / GIB,
+        train_total_gib=train / GIB, rollout_total_gib=(rollout_weights + kv) / GIB,
     )
 
 
@@ -268,7 +314,8 @@ def with_engine_share(preset: Preset) -> Preset:
         warnings.warn(f"vLLM's share of the GPU: no plan ({exc}); 0.5 (set gen.vllm_memory_fraction)", stacklevel=2)
         return preset
     if together["rl_together"] != "fits":
-        warnings.warn(f"RL with in-process vLLM is {together['rl_together']} on this {card_gib:.0f} GiB card "
+        verdict = "is tight" if together["rl_together"] == "tight" else "does not fit"
+        warnings.warn(f"RL with in-process vLLM {verdict} on this {card_gib:.0f} GiB card "
                       f"({together['together_gib']} GiB planned for trainer and sampler): `coa-lab plan` has the "
                       "breakdown", stacklevel=2)
     gen = dataclasses.replace(preset.gen, vllm_memory_fraction=together["vllm_memory_fraction"])

@@ -11,7 +11,8 @@ from pathlib import Path
 from coa_lab.config import Preset, get_preset
 from coa_lab.training.lm_head import CHUNK
 from coa_lab.paths import PROJECT_ROOT
-from coa_lab.planning.memory_plan import MEMORY_MARGIN, ModelShape, fit_verdict, plan, rl_on_one_card, shape_of
+from coa_lab.planning.memory_plan import (IN_PROCESS_ENGINE, MEMORY_MARGIN, ModelShape, fit_verdict, params_of, plan,
+                                          rl_on_one_card, shape_of, weight_bytes)
 from coa_lab.planning.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MFU, GPUSpec, decode_seconds,
                                         gpu_spec, step_time, update_seconds)
 
@@ -85,6 +86,9 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str | None = None, 
     def head_label(r: dict) -> str:
         return f", {r['lm_head']} head" if "lm_head" in r else ""
 
+    def policy_bytes(p: Preset) -> float:  # these runs decoded the trainer's own model, never a vLLM engine
+        return weight_bytes(p.model, shape, params_of(p, shape))
+
     for r in data["sft"]:
         if r.get("peak_mem_gib") is None:
             continue
@@ -109,14 +113,16 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str | None = None, 
                                    d["peak_mem_gib"]))
         if g is not None:
             per_row = g["new_tokens"] / g["batch"]
-            p = replace(p, gen=replace(p.gen, batch_size=g["batch"]))
-            seconds, _ = decode_seconds(p, shape, g["batch"], 64, per_row, 1, spec, bandwidth_efficiency, mfu)
+            p = replace(p, gen=replace(p.gen, batch_size=g["batch"], kv_budget_gib=None))  # the measured batch
+            seconds, _ = decode_seconds(p, shape, g["batch"], 64, per_row, 1, spec, bandwidth_efficiency, mfu,
+                                        weights=policy_bytes(p))
             rows.append(CalibrationRow(f"HF generate, batch {g['batch']}, {weights}",
                                        "decode_tokens_per_s", g["new_tokens"] / seconds, g["tokens_per_s"]))
     for g in data.get("decode", []):  # the lab's decoder, gpu-3b-qlora's policy (4-bit + LoRA)
         p = preset_for(True, 1, 1024)
-        p = replace(p, gen=replace(p.gen, batch_size=g["batch"]))
-        seconds, _ = decode_seconds(p, shape, g["batch"], 64, g["new_tokens"], 1, spec, bandwidth_efficiency, mfu)
+        p = replace(p, gen=replace(p.gen, batch_size=g["batch"], kv_budget_gib=None))  # the measured batch
+        seconds, _ = decode_seconds(p, shape, g["batch"], 64, g["new_tokens"], 1, spec, bandwidth_efficiency, mfu,
+                                    weights=policy_bytes(p))
         rows.append(CalibrationRow(f"lab decoder, batch {g['batch']}, 4-bit", "decode_tokens_per_s",
                                    g["batch"] * g["new_tokens"] / seconds, g["tokens_per_s"]))
     return rows
@@ -150,6 +156,8 @@ def planner_report(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", s
         "model": {"name": m.name, "params": memory.params, "trainable": memory.trainable,
                   "lora_r": m.lora_r, "load_in_4bit": m.load_in_4bit, "dtype": m.dtype,
                   "gradient_checkpointing": m.gradient_checkpointing},
+        # who holds the rollouts' weights: an in-process vLLM engine (its own copy) or the policy itself
+        "sampler": "vllm-engine" if preset.gen.backend in IN_PROCESS_ENGINE else "policy",
         "memory_gib": memory.to_dict(),
         "fits": {"train": fit_verdict(memory.train_total_gib, spec.memory_gib),
                  "rollout": fit_verdict(memory.rollout_total_gib, spec.memory_gib),
@@ -196,6 +204,8 @@ def format_report(r: dict) -> str:
             ("logits", mem["logits_gib"])]
     lines += [f"  {name:<36} {v:>9.2f}" for name, v in rows]
     lines.append(f"  {'train total':<36} {mem['train_total_gib']:>9.2f}   {r['fits']['train']}")
+    own_copy = "vLLM's own copy, unquantized" if r["sampler"] == "vllm-engine" else "the policy's own"
+    lines.append(f"  {'weights the sampler holds':<36} {mem['rollout_weights_gib']:>9.2f}   {own_copy}")
     lines.append(f"  {'KV cache of the rollout batch':<36} {mem['kv_cache_gib']:>9.2f}   "
                  f"({mem['rollout_batch']} rows x {mem['kv_per_sequence_mib']:.0f} MiB per full-length rollout)")
     lines.append(f"  {'rollout total':<36} {mem['rollout_total_gib']:>9.2f}   {r['fits']['rollout']}")

@@ -14,8 +14,9 @@ head_dim, s the sequence length:
                  over gpus x peak x mfu
     rollouts     prompts_per_step x group_size sequences, each PROMPT_TOKENS + response_fraction x
                  gen.max_response_tokens long, decoded gen.batch_size at a time (or as many as
-                 gen.kv_budget_gib holds at full length). Decoding reads the
-                 weights (+ the adapter) once per step and the live rows' KV cache at their mean
+                 gen.kv_budget_gib holds at full length). Decoding reads the sampler's
+                 weights (an in-process vLLM engine's 16-bit copy, memory_plan.rollout_weight_bytes;
+                 + the adapter) once per step and the live rows' KV cache at their mean
                  context (prompt + response / 2): per step max(bytes / (hbm x bandwidth_efficiency),
                  FLOPs / (peak x mfu)); the gpus share the bytes (tensor parallel) or the batches
                  (data parallel), the same total either way
@@ -37,7 +38,7 @@ from dataclasses import asdict, dataclass
 from coa_lab.config import Preset
 from coa_lab.generation.backends import rows_for_budget
 from coa_lab.planning.memory_plan import (PROMPT_TOKENS, ModelShape, kv_bytes_per_token, lora_params, params_of,
-                                          qwen2_biases, shape_of, weight_bytes)
+                                          qwen2_biases, rollout_weight_bytes, shape_of)
 
 
 # --- hardware --------------------------------------------------------------------------------
@@ -153,14 +154,15 @@ def sft_step_seconds(preset: Preset, gpus: int, gpu: GPUSpec, shape: ModelShape,
 
 def decode_seconds(preset: Preset, shape: ModelShape, rollouts: int, prompt: float, response: float,
                    gpus: int, gpu: GPUSpec, bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
-                   mfu: float = SFT_MFU) -> tuple[float, str]:
+                   mfu: float = SFT_MFU, weights: float | None = None) -> tuple[float, str]:
     """(seconds to decode `rollouts` sequences of `response` new tokens, the bound: memory or compute).
 
     Batches of gen.batch_size; a batch takes `response` decode steps (with continuous batching a
     finished row's slot is refilled, so the average length is what a slot costs). One step reads
     the weights and the adapter once, plus each live row's KV cache at its mean context
-    (prompt + response / 2), and does 2 FLOPs per weight per row plus attention over that context."""
-    m = preset.model
+    (prompt + response / 2), and does 2 FLOPs per weight per row plus attention over that context.
+    weights: the bytes a step reads; None: the sampler's (memory_plan.rollout_weight_bytes: an
+    in-process vLLM engine's 16-bit copy, or the policy's own for the lab's decoder)."""
     n = params_of(preset, shape)
     adapter = adapter_params(preset, shape)
     # as many rows at once as the decoder takes: gen.batch_size, or what gen.kv_budget_gib holds
@@ -169,7 +171,8 @@ def decode_seconds(preset: Preset, shape: ModelShape, rollouts: int, prompt: flo
     rows = min(budget_rows, rollouts)
     batches = math.ceil(rollouts / budget_rows)
     context = prompt + response / 2
-    step_bytes = weight_bytes(m, shape, n) + 2 * adapter + rows * kv_bytes_per_token(shape) * context
+    weights = rollout_weight_bytes(preset, shape, n) if weights is None else weights
+    step_bytes = weights + 2 * adapter + rows * kv_bytes_per_token(shape) * context
     # a decode token attends to its whole context: twice the causal average of attention_flops
     step_flops = rows * (2 * (matmul_params(shape) + adapter) + 2 * attention_flops(shape, context))
     memory_s = step_bytes / (gpus * gpu.hbm_gbps * 1e9 * bandwidth_efficiency)

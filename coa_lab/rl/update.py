@@ -133,7 +133,9 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     # pi_rollout the probability the sampler drew the token with. Whoever sampled, not only the
     # int8 copy: under bf16 autocast the exact sampler runs LoRA merged into its weights and the
     # trainer unmerged, a small gap nothing else corrects (in fp32 the weights are 1 to float
-    # precision). A rollout without sampler log-probs (vLLM here) keeps weight 1 on every token.
+    # precision). Every sampler reports them: the in-process vLLM engine asks for logprobs=0 after
+    # temperature (logprobs_mode processed_logprobs), the server client asks too, so TIS runs on the
+    # GPU presets; a rollout that still has none (an older server) keeps weight 1 on every token.
     has_lp = [len(r.response_logprobs) == len(r.response_ids) for r in flat]
     tis = rl.tis_cap is not None and any(has_lp)
     if tis:
@@ -219,7 +221,7 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                                         + [float(len(stats["clip_frac"]))])
     count = totals[-1]
     out = {k: (totals[i] / count if count else 0.0) for i, k in enumerate(keys)}
-    if totals[-2] > 0:  # a backend that reports no sampling log-probs (vLLM here) leaves it out
+    if totals[-2] > 0:  # no rollout with sampler log-probs (an old server that ignores logprobs=0): left out
         out["logprob_gap"] = totals[-3] / totals[-2]  # mean |p_trainer - p_sampler| per policy token
         out["logprob_gap_max"] = gap_max  # this rank's largest
     out["loss"] = totals[keys.index("loss")] / max(1, len(mini_batches))

@@ -164,3 +164,29 @@ def test_a_sampling_temperature_is_set_where_it_is_used_not_in_gen():
     with pytest.raises(ValueError, match="gen has no field"):
         get_preset("cpu-tiny", gen={"temperature": 0.5})
     assert get_preset("cpu-tiny", rl={"temperature": 1.0}).rl.temperature == 1.0
+
+
+def test_colab_t4_trains_a_model_that_fp16_does_not_overflow_and_fits_a_t4(monkeypatch):
+    """A T4 has no bf16, so colab-t4 runs in fp16 there (models.effective_dtype). Qwen2/2.5 overflow
+    to NaN in fp16 (QwenLM/Qwen3 issues 761 and 826, vllm-project/vllm issue 14126; docs/colab.md),
+    so the preset's student is a Llama-architecture model, and trainer plus in-process vLLM fit a
+    16 GiB T4 with the planner's margin."""
+    import torch
+
+    from coa_lab.generation.models import effective_dtype
+    from coa_lab.planning.memory_plan import MEMORY_MARGIN, shape_of
+    from coa_lab.planning.plan_report import planner_report
+
+    preset = get_preset("colab-t4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a T4: CUDA without bf16 units
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    assert effective_dtype(preset.model) == "float16"
+    assert "qwen" not in preset.model.name.lower()
+    assert preset.model.name == "meta-llama/Llama-3.2-1B-Instruct" and preset.model.dtype == "bfloat16"
+    assert shape_of(preset.model.name).kv_heads == 8  # a known shape: the plan needs no download
+    report = planner_report(preset, gpu="T4")
+    fits = report["fits"]
+    assert fits["train"] == fits["rollout"] == fits["rl_together"] == "fits", fits
+    assert fits["together_gib"] * MEMORY_MARGIN <= 16
+    # every rollout of an RL step (8 prompts x 8 samples) in one batch of the KV budget
+    assert report["memory_gib"]["rollout_batch"] >= preset.rl.prompts_per_step * preset.rl.group_size
