@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -81,26 +82,54 @@ def by_benchmark(tasks: list, mix: dict[str, int]) -> dict[str, list]:
     return out
 
 
-def _engine_share(preset: Preset) -> Preset:
-    """gen.vllm_memory_fraction from the plan where the preset leaves it to the plan and vLLM may
-    run in this process (planning.memory_plan.with_engine_share)."""
+def _share_from_plan(preset: Preset) -> bool:
+    """Whether the preset leaves vLLM's share to the plan (an explicit gen.vllm_memory_fraction is
+    the user's choice, in every stage) and its backend is a vLLM engine in this process."""
     if preset.gen.vllm_memory_fraction is not None or preset.gen.backend not in ("vllm", "auto"):
-        return preset
+        return False
     from coa_lab.generation.backends import resolve_backend
 
-    if resolve_backend(preset.gen.backend) != "vllm":
+    return resolve_backend(preset.gen.backend) == "vllm"
+
+
+def _engine_share(preset: Preset) -> Preset:
+    """RL: gen.vllm_memory_fraction for an engine beside the trainer, from the plan
+    (planning.memory_plan.with_engine_share)."""
+    if not _share_from_plan(preset):
         return preset
     from coa_lab.planning.memory_plan import with_engine_share
 
     return with_engine_share(preset)
 
 
+def _engine_alone(preset: Preset, model_name: str | None = None) -> Preset:
+    """Capture and evaluation: gen.vllm_memory_fraction for an engine with the card to itself
+    (planning.memory_plan.with_engine_alone), no trainer beside it, so it decodes several times
+    RL's rows at once. model_name: the engine's model where not the preset's (a local teacher)."""
+    if not _share_from_plan(preset):
+        return preset
+    from coa_lab.planning.memory_plan import with_engine_alone
+
+    return with_engine_alone(preset, model_name)
+
+
 def _free_the_card() -> None:
     """Shut down this process's vLLM engine (vllm_engine.release_engine; nothing to do without one)
-    before a stage that trains. Capture's engine holds its share of the GPU until released, and the
-    trainer needs the card: SFT has it alone, and RL makes its own engine at the planned share
-    (_engine_share) before its trainer loads, so the two fit together as `coa-lab plan` sized them."""
+    before a stage that trains, and before evaluation. Capture's engine holds most of the card
+    (_engine_alone) until released, and the trainer needs it: SFT has the card alone, and RL makes
+    its own engine at the planned share (_engine_share) before its trainer loads, so the two fit
+    together as `coa-lab plan` sized them; evaluation's engine is asked for the card again, which
+    RL's engine and trainer must have left."""
     vllm_engine.release_engine()
+    # RL's trainer is garbage once train_rl returns, but PyTorch's allocator keeps its blocks
+    # cached, and vLLM refuses to start when less than its share of the card is free. Without
+    # torch imported this process has nothing on the GPU.
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def make_tools(preset: Preset):
@@ -116,8 +145,10 @@ def make_tools(preset: Preset):
 
 def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
     """The teacher on the capture tasks, appended run by run to capture/traces.jsonl; on a
-    folder that already has traces it resumes (capture/recorder.py): every task exactly once."""
-    preset = _engine_share(preset)
+    folder that already has traces it resumes (capture/recorder.py): every task exactly once.
+    A local teacher's engine has the card alone (_engine_alone); SFT and RL release it."""
+    if not preset.capture.teacher_url:  # a remote teacher's model may have no shape here, and needs no share
+        preset = _engine_alone(preset, preset.capture.teacher_model)
     from coa_lab.capture.recorder import capture_runs, make_teacher, teacher_name
     from coa_lab.evaluate import teacher_eval
 
@@ -300,8 +331,11 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
 
 def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", "sft", "rl")) -> dict:
     """Base / SFT / RL single models on the held-out mix, and the multi-agent teacher on the
-    headline (learnable) tasks: the paper's cost comparison on the same tasks."""
-    preset = _engine_share(preset)
+    headline (learnable) tasks: the paper's cost comparison on the same tasks. No trainer is on
+    the card: RL's engine (planned beside a trainer) is released and evaluation's has the card alone."""
+    _free_the_card()
+    teacher_preset = preset if preset.capture.teacher_url else _engine_alone(preset, preset.capture.teacher_model)
+    preset = _engine_alone(preset)
     from coa_lab.capture.recorder import capture_runs, make_teacher
     from coa_lab.evaluate import evaluate, save_eval, teacher_eval
 
@@ -331,7 +365,7 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     if preset.eval.teacher:
         t1 = time.time()
         headline = [t for key in preset.eval.headline for t in groups.get(key, [])]
-        teacher = make_teacher(preset)
+        teacher = make_teacher(teacher_preset)  # a larger teacher's engine is sized for its own weights
         runs = capture_runs(teacher, headline, tools, preset, run / "eval" / "teacher_runs.jsonl", resume=False).runs
         out["teacher"] = teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})
         if getattr(teacher, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled

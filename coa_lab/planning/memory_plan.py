@@ -28,6 +28,9 @@ Every term is a formula you can check by hand (tests/planning/test_memory_plan.p
     sampler      an in-process vLLM engine's own copy of the weights: params x bytes of the preset's
                  dtype, 2 for 4-bit QLoRA too (the lab passes vLLM no quantization); beside the
                  trainer during RL
+    engine alone capture and evaluation have no trainer on the card: the engine's share is its
+                 weights + gen.batch_size full-length rows of KV, x MEMORY_MARGIN, at most
+                 ALONE_SHARE_CAP of the card, and it decodes the rows that share holds (engine_alone)
 
 Sharding over N GPUs: ZeRO-3 / FSDP divides weights, gradients and optimizer states by N; LoRA runs
 (ZeRO-2 / DDP) divide the gradients and optimizer states only. Activations, logits and the KV cache
@@ -39,6 +42,7 @@ from 22% low to 28% high (`calibration()`), so `fit_verdict` asks for MEMORY_MAR
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -322,6 +326,61 @@ def with_engine_share(preset: Preset) -> Preset:
                       "breakdown", stacklevel=2)
     gen = dataclasses.replace(preset.gen, vllm_memory_fraction=together["vllm_memory_fraction"])
     return dataclasses.replace(preset, gen=gen)
+
+
+# vLLM's own default gpu_memory_utilization: an engine alone on the card still leaves a tenth to the
+# CUDA contexts (this process's and vLLM's engine process's) and to the sampler's activations
+ALONE_SHARE_CAP = 0.9
+
+
+def _params_named(name: str, shape: ModelShape) -> int:
+    """params_of for a model by name (a teacher's, not the preset's): Qwen2 models carry q/k/v biases."""
+    return shape.params(qwen2_biases(shape) if "qwen" in name.lower() else 0)
+
+
+def engine_alone(preset: Preset, memory_gib: float, model_name: str | None = None,
+                 shape: ModelShape | None = None) -> dict:
+    """An in-process vLLM engine with the card to itself: capture and evaluation, where no trainer
+    sits beside it (pipeline._free_the_card runs before SFT, RL and evaluation). Its share is its
+    16-bit weights and gen.batch_size full-length rows of KV with the margin, at most
+    ALONE_SHARE_CAP; `rows` is what that share holds with the margin (the planner's capture and
+    evaluation decode with it; RL's share keeps gen.kv_budget_gib, a trainer beside it).
+    model_name: the engine's model where it is not the preset's (capture.teacher_model)."""
+    name = model_name or preset.model.name
+    shape = shape or shape_of(name)
+    weights = engine_weight_bytes(preset.model, shape, _params_named(name, shape))
+    row = kv_bytes_per_token(shape) * (preset.gen.max_response_tokens + PROMPT_TOKENS)
+    card = memory_gib * GIB
+    want = (weights + preset.gen.batch_size * row) * MEMORY_MARGIN / card
+    # rounded up, so the share's rows are never one short of what was asked for
+    share = min(ALONE_SHARE_CAP, max(0.1, math.ceil(want * 100) / 100))
+    # at least one row: a model whose weights alone overflow the share is reported as such elsewhere
+    # (plan_report's teacher line), and its decode is still priced
+    rows = max(1, min(preset.gen.batch_size, int((share * card / MEMORY_MARGIN - weights) // row)))
+    return {"vllm_memory_fraction": share, "rows": rows, "weights_gib": round(weights / GIB, 3),
+            "kv_cache_gib": round(rows * row / GIB, 3)}
+
+
+def with_engine_alone(preset: Preset, model_name: str | None = None) -> Preset:
+    """The preset with gen.vllm_memory_fraction for an engine alone on this card (engine_alone:
+    capture and evaluation), when it is None and a GPU answers; unchanged otherwise, or where the
+    model's shape is unknown (the engine then takes 0.5). An explicit fraction is the user's choice."""
+    import dataclasses
+    import warnings
+
+    if preset.gen.vllm_memory_fraction is not None:
+        return preset
+    import torch
+
+    try:
+        card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
+        share = engine_alone(preset, card_gib, model_name)["vllm_memory_fraction"]
+    except (ValueError, RuntimeError, AssertionError) as exc:
+        if torch.cuda.is_available():  # vLLM's CPU build has no share: its cache is VLLM_CPU_KVCACHE_SPACE
+            warnings.warn(f"vLLM's share of the GPU alone: no plan ({exc}); 0.5 (set gen.vllm_memory_fraction)",
+                          stacklevel=2)
+        return preset
+    return dataclasses.replace(preset, gen=dataclasses.replace(preset.gen, vllm_memory_fraction=share))
 
 
 def fit_verdict(total_gib: float, memory_gib: float) -> str:

@@ -181,6 +181,19 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
+def _alone_line(r: dict) -> str:
+    """How many rows capture and evaluation decode at once, and why: an in-process engine has the
+    card alone there (memory_plan.engine_alone), the lab's decoder keeps gen.kv_budget_gib's rows."""
+    t, rows = r["time"], r["time"]["eval_rows"]
+    teacher = t["capture_rows"] if t["capture_rows"] not in (None, rows) else None
+    extra = f", the teacher {teacher}" if teacher else ""
+    if t["engine_alone_share"] is None:
+        return (f"  {'capture and evaluation decode':<36} {rows:>9}   rows at once{extra}: the lab's decoder "
+                "keeps RL's KV budget")
+    return (f"  {'capture and evaluation decode':<36} {rows:>9}   rows at once{extra}: engine alone on the card "
+            f"(share {t['engine_alone_share']:g}; RL's {r['memory_gib']['rollout_batch']} beside the trainer)")
+
+
 def format_report(r: dict) -> str:
     """planner_report as the readable table `coa-lab plan` prints."""
     g, m, mem, t, a = r["gpu"], r["model"], r["memory_gib"], r["time"], r["time"]["assumptions"]
@@ -227,6 +240,7 @@ def format_report(r: dict) -> str:
         f"  {'RL pool screening':<36} {_seconds(t['pool_screen_hours'] * 3600):>9}   "
         f"{t['pool_candidates']:,} candidates x {t['pool_samples']} samples",
         f"  {'SFT + screening + RL':<36} {_seconds(t['total_hours'] * 3600):>9}   the training",
+        _alone_line(r),
         f"  {'capture (the teacher)':<36} "
         + (f"{_seconds(t['capture_hours'] * 3600):>9}   the local teacher's agent calls" if t["capture_hours"] is not None
            else f"{'-':>9}   a remote teacher (capture.teacher_url): the endpoint's time"),

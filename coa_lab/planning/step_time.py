@@ -14,7 +14,8 @@ head_dim, s the sequence length:
                  over gpus x peak x mfu
     rollouts     prompts_per_step x group_size sequences, each PROMPT_TOKENS + response_fraction x
                  gen.max_response_tokens long, decoded gen.batch_size at a time (or as many as
-                 gen.kv_budget_gib holds at full length). Decoding reads the sampler's
+                 gen.kv_budget_gib holds at full length; capture and evaluation with an in-process
+                 engine: the rows it holds alone on the card, memory_plan.engine_alone). Decoding reads the sampler's
                  weights (an in-process vLLM engine's 16-bit copy, memory_plan.rollout_weight_bytes;
                  + the adapter) once per step and the live rows' KV cache at their mean
                  context (prompt + response / 2): per step max(bytes / (hbm x bandwidth_efficiency),
@@ -37,8 +38,9 @@ from dataclasses import asdict, dataclass
 
 from coa_lab.config import Preset
 from coa_lab.generation.backends import rows_for_budget
-from coa_lab.planning.memory_plan import (PROMPT_TOKENS, ModelShape, kv_bytes_per_token, lora_params, params_of,
-                                          qwen2_biases, rollout_weight_bytes, shape_of)
+from coa_lab.planning.memory_plan import (IN_PROCESS_ENGINE, PROMPT_TOKENS, ModelShape, engine_alone,
+                                          kv_bytes_per_token, lora_params, params_of, qwen2_biases,
+                                          rollout_weight_bytes, shape_of)
 
 
 # --- hardware --------------------------------------------------------------------------------
@@ -154,7 +156,7 @@ def sft_step_seconds(preset: Preset, gpus: int, gpu: GPUSpec, shape: ModelShape,
 
 def decode_seconds(preset: Preset, shape: ModelShape, rollouts: int, prompt: float, response: float,
                    gpus: int, gpu: GPUSpec, bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
-                   mfu: float = SFT_MFU, weights: float | None = None) -> tuple[float, str]:
+                   mfu: float = SFT_MFU, weights: float | None = None, rows: int | None = None) -> tuple[float, str]:
     """(seconds to decode `rollouts` sequences of `response` new tokens, the bound: memory or compute).
 
     Batches of gen.batch_size; a batch takes `response` decode steps (with continuous batching a
@@ -162,12 +164,15 @@ def decode_seconds(preset: Preset, shape: ModelShape, rollouts: int, prompt: flo
     the weights and the adapter once, plus each live row's KV cache at its mean context
     (prompt + response / 2), and does 2 FLOPs per weight per row plus attention over that context.
     weights: the bytes a step reads; None: the sampler's (memory_plan.rollout_weight_bytes: an
-    in-process vLLM engine's 16-bit copy, or the policy's own for the lab's decoder)."""
+    in-process vLLM engine's 16-bit copy, or the policy's own for the lab's decoder).
+    rows: rows decoded at once; None: gen.batch_size, or what gen.kv_budget_gib holds (alone_rows)."""
     n = params_of(preset, shape)
     adapter = adapter_params(preset, shape)
     # as many rows at once as the decoder takes: gen.batch_size, or what gen.kv_budget_gib holds
-    # at full length (generation/backends.rows_for_budget; memory_plan sizes the cache the same way)
-    budget_rows = rows_for_budget(preset.gen, kv_bytes_per_token(shape) * (PROMPT_TOKENS + preset.gen.max_response_tokens))
+    # at full length (generation/backends.rows_for_budget; memory_plan sizes the cache the same way),
+    # unless the caller knows better (`rows`: capture and evaluation's engine alone on the card)
+    full_row = kv_bytes_per_token(shape) * (PROMPT_TOKENS + preset.gen.max_response_tokens)
+    budget_rows = rows or rows_for_budget(preset.gen, full_row)
     rows = min(budget_rows, rollouts)
     batches = math.ceil(rollouts / budget_rows)
     context = prompt + response / 2
@@ -219,6 +224,15 @@ def agent_calls(hops: int) -> int:
     return 3 + 3 * hops
 
 
+def alone_rows(preset: Preset, shape: ModelShape, gpu: GPUSpec, model_name: str | None = None) -> int | None:
+    """Rows capture and evaluation decode at once: an in-process engine (gen.backend "vllm"/"auto")
+    has the card to itself there, no trainer beside it (memory_plan.engine_alone); None for the lab's
+    decoder, which honours gen.kv_budget_gib in every stage, and a vLLM server (its own node)."""
+    if preset.gen.backend not in IN_PROCESS_ENGINE:
+        return None
+    return engine_alone(preset, gpu.memory_gib, model_name, shape)["rows"]
+
+
 def capture_seconds(preset: Preset, shape: ModelShape, gpus: int, gpu: GPUSpec,
                     bandwidth_efficiency: float, mfu: float, prompt_tokens: int) -> float | None:
     """The local teacher's capture: every capture task's agent calls of capture.teacher_max_new_tokens
@@ -229,8 +243,28 @@ def capture_seconds(preset: Preset, shape: ModelShape, gpus: int, gpu: GPUSpec,
         return None
     calls = (sum(cap.tasks.values()) * agent_calls(cap.max_hops)
              + sum(cap.multi_hop_tasks.values()) * agent_calls(cap.multi_hop_hops))
-    return decode_seconds(preset, teacher_shape(preset, shape), calls, prompt_tokens, cap.teacher_max_new_tokens,
-                          gpus, gpu, bandwidth_efficiency, mfu)[0]
+    teacher = teacher_shape(preset, shape)
+    return decode_seconds(preset, teacher, calls, prompt_tokens, cap.teacher_max_new_tokens, gpus, gpu,
+                          bandwidth_efficiency, mfu, rows=alone_rows(preset, teacher, gpu, _teacher_name(preset)))[0]
+
+
+def _teacher_name(preset: Preset) -> str:
+    return preset.capture.teacher_model or preset.model.name
+
+
+def _alone_fields(preset: Preset, shape: ModelShape, gpu: GPUSpec) -> dict:
+    """StepTime's eval_rows, capture_rows and engine_alone_share: the rows capture and evaluation
+    decode at once (alone_rows, else the decoder's gen.kv_budget_gib rows, as in RL)."""
+    def rows(s: ModelShape, name: str | None = None) -> int:
+        kv_rows = rows_for_budget(preset.gen, kv_bytes_per_token(s) * (PROMPT_TOKENS + preset.gen.max_response_tokens))
+        return alone_rows(preset, s, gpu, name) or kv_rows
+
+    in_process = preset.gen.backend in IN_PROCESS_ENGINE
+    return {"eval_rows": rows(shape),
+            "capture_rows": None if preset.capture.teacher_url
+            else rows(teacher_shape(preset, shape), _teacher_name(preset)),
+            "engine_alone_share": engine_alone(preset, gpu.memory_gib, shape=shape)["vllm_memory_fraction"]
+            if in_process else None}
 
 
 def _teacher_fields(preset: Preset, shape: ModelShape) -> dict:
@@ -254,11 +288,14 @@ def eval_seconds(preset: Preset, shape: ModelShape, gpus: int, gpu: GPUSpec, res
     each, and the multi-agent teacher once on the headline tasks (eval.teacher, the cost comparison)."""
     ev, cap = preset.eval, preset.capture
     rollouts = 3 * (sum(ev.tasks.values()) + sum(ev.val_tasks.values())) * max(1, ev.samples)
-    seconds = decode_seconds(preset, shape, rollouts, prompt_tokens, response, gpus, gpu, bandwidth_efficiency, mfu)[0]
+    seconds = decode_seconds(preset, shape, rollouts, prompt_tokens, response, gpus, gpu, bandwidth_efficiency, mfu,
+                             rows=alone_rows(preset, shape, gpu))[0]
     if ev.teacher and not cap.teacher_url:
         headline = sum(n for key, n in ev.tasks.items() if key in ev.headline)
-        seconds += decode_seconds(preset, teacher_shape(preset, shape), headline * agent_calls(cap.max_hops), prompt_tokens,
-                                  cap.teacher_max_new_tokens, gpus, gpu, bandwidth_efficiency, mfu)[0]
+        teacher = teacher_shape(preset, shape)
+        seconds += decode_seconds(preset, teacher, headline * agent_calls(cap.max_hops), prompt_tokens,
+                                  cap.teacher_max_new_tokens, gpus, gpu, bandwidth_efficiency, mfu,
+                                  rows=alone_rows(preset, teacher, gpu, _teacher_name(preset)))[0]
     return seconds
 
 
@@ -290,6 +327,11 @@ class StepTime:
     capture_hours: float | None  # the local teacher's capture; None for a remote teacher (capture.teacher_url)
     eval_hours: float  # base, SFT and RL on test + validation, and the teacher on the headline tasks
     afternoon_hours: float  # everything: capture + SFT + screening + RL + evaluation
+    # rows evaluation decodes at once (the student's): an in-process engine's alone on the card
+    # (memory_plan.engine_alone), else what the decoder's gen.kv_budget_gib holds, as in RL
+    eval_rows: int
+    capture_rows: int | None  # the local teacher's, the same way; None for a remote teacher
+    engine_alone_share: float | None  # the in-process engine's share of the card there; None without one
     assumptions: dict
     # a local teacher other than the student (capture.teacher_model): its name and bf16 weights,
     # which the capture holds on the card before training starts; None where the student teaches
@@ -354,6 +396,7 @@ def step_time(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", shape:
         total_hours=train_s / 3600,
         capture_hours=None if capture_s is None else capture_s / 3600, eval_hours=eval_s / 3600,
         afternoon_hours=(train_s + (capture_s or 0.0) + eval_s) / 3600,
+        **_alone_fields(preset, shape, spec),
         **_teacher_fields(preset, shape),
         assumptions=dict(mfu=mfu, update_mfu=update_mfu, bandwidth_efficiency=bandwidth_efficiency,
                          response_fraction=response_fraction, prompt_tokens=prompt_tokens,

@@ -1,22 +1,30 @@
 """One card holds the plan (issue 56): the pipeline frees the GPU of capture's vLLM engine before a
-stage trains and makes RL's engine at the planned share; the planner prices the weights that engine
-really loads (16-bit unless vLLM is given a quantization); and the one-GPU preset fits its L4 with
-the planner's margin. vLLM is not installed on the CPU: a stand-in LLM records what is made and when."""
+stage trains and makes RL's engine at the planned share; capture and evaluation, with no trainer on
+the card, give their engine the card alone (and the planner prices them at the rows that holds); the
+planner prices the weights that engine really loads (16-bit unless vLLM is given a quantization);
+and the one-GPU preset fits its L4 with the planner's margin. vLLM is not installed on the CPU: a
+stand-in LLM records what is made and when."""
 
 from __future__ import annotations
 
 import sys
 import types
+import weakref
 
 import pytest
 
 from coa_lab import pipeline
 from coa_lab.config import get_preset
 from coa_lab.generation import vllm_engine
-from coa_lab.planning.memory_plan import (GIB, MEMORY_MARGIN, engine_weight_bytes, params_of, plan, rl_on_one_card,
-                                          shape_of, weight_bytes)
+from coa_lab.planning.memory_plan import (ALONE_SHARE_CAP, GIB, MEMORY_MARGIN, engine_alone, engine_weight_bytes,
+                                          kv_bytes_per_token, params_of, plan, rl_on_one_card, shape_of, weight_bytes)
 
 EVENTS: list = []
+TRAINERS: weakref.WeakSet = weakref.WeakSet()  # RL's stand-in trainers still alive
+
+
+class _Trainer:
+    """What train_rl holds on the card while it runs: it must be gone before evaluation's engine."""
 
 
 class _LLM:
@@ -40,6 +48,7 @@ def stand_ins(monkeypatch, tmp_path):
     and engine_for to a stand-in vLLM on a 24 GiB card."""
     import torch
 
+    from coa_lab import evaluate
     from coa_lab.capture import recorder
     from coa_lab.capture.recorder import CaptureResult
     from coa_lab.generation import backends, llm, models
@@ -63,7 +72,8 @@ def stand_ins(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=24 * GIB))
 
     def capture_runs(backend, tasks, tools, preset, traces, resume=True):
-        EVENTS.append(("capture", backend.engine.share))
+        share = getattr(getattr(backend, "engine", None), "share", "no engine")  # a remote teacher has none
+        EVENTS.append(("capture" if traces.parent.name == "capture" else "teacher evaluated", share))
         return CaptureResult(runs=[], resumed=0, captured=0, failed=0, dropped_torn_line=False, seconds=0.0)
 
     def train_sft(preset, records, out, resume=False):
@@ -75,13 +85,23 @@ def stand_ins(monkeypatch, tmp_path):
         return candidates, PoolReport(len(candidates), 2, len(candidates), {t.id: 0.5 for t in candidates})
 
     def train_rl(preset, tasks, tools, out, adapter=None, **kwargs):
+        trainer = _Trainer()  # local, as the real trainer's model is: garbage once train_rl returns
+        TRAINERS.add(trainer)
         EVENTS.append(("RL trains", vllm_engine._ENGINE["llm"].share))
         return types.SimpleNamespace(metrics=[{}])
+
+    def evaluate_one(generator, groups, tools, preset, label="model"):
+        trainer = "trainer alive" if len(TRAINERS) else "no trainer"
+        EVENTS.append((f"{label} evaluated", generator.engine.share, trainer))
+        return types.SimpleNamespace(summary=lambda: {})
 
     monkeypatch.setattr(recorder, "capture_runs", capture_runs)
     monkeypatch.setattr(sft, "train_sft", train_sft)
     monkeypatch.setattr(pool, "select_pool", select_pool)
     monkeypatch.setattr(trainer, "train_rl", train_rl)
+    monkeypatch.setattr(evaluate, "evaluate", evaluate_one)
+    monkeypatch.setattr(evaluate, "save_eval", lambda result, out: None)
+    monkeypatch.setattr(evaluate, "teacher_eval", lambda runs, key_of=None: {})
     (tmp_path / "distill").mkdir()
     (tmp_path / "distill" / "kept.jsonl").write_text("")
     EVENTS.clear()
@@ -89,21 +109,85 @@ def stand_ins(monkeypatch, tmp_path):
     EVENTS.clear()
 
 
-def _preset():
+def _preset(**overrides):
     """gpu-3b-qlora's model, generation and SFT (what its memory plan reads), with few tasks."""
-    return get_preset("gpu-3b-qlora", capture={"tasks": {"math/arith": 2}},
-                      rl={"pool": {"math/arith": 4}, "prompts_per_step": 2})
+    few = {"capture": {"tasks": {"math/arith": 2}}, "rl": {"pool": {"math/arith": 4}, "prompts_per_step": 2},
+           "eval": {"tasks": {"math/arith": 2}, "headline": ("math/arith",), "val_tasks": {}}}
+    for section, fields in overrides.items():
+        few[section] = {**few.get(section, {}), **fields}
+    return get_preset("gpu-3b-qlora", **few)
 
 
 def test_capture_engine_is_released_before_sft_and_rl_makes_its_own_at_the_planned_share(stand_ins):
     preset = _preset()
     share = rl_on_one_card(plan(preset), 24)["vllm_memory_fraction"]
+    alone = engine_alone(preset, 24)["vllm_memory_fraction"]
     pipeline.capture(preset, stand_ins, resume=False)
     pipeline.sft(preset, stand_ins)
     pipeline.rl(preset, stand_ins)
-    assert EVENTS == [("engine made", share), ("capture", share), ("engine shut down", share),
+    assert EVENTS == [("engine made", alone), ("capture", alone), ("engine shut down", alone),
                       ("SFT trains", "card free"),
                       ("engine made", share), ("pool screening", share), ("RL trains", share)]
+
+
+def test_the_demo_order_gives_capture_and_evaluation_the_card_alone(stand_ins):
+    """capture -> SFT -> RL -> evaluation, as run_all orders them: capture's engine at the alone
+    share, released before SFT; RL's at the shared share, released (and RL's trainer gone) before
+    evaluation makes its own at the alone share, which the student's three systems and the teacher
+    (the same model here) share."""
+    preset = _preset()
+    share = rl_on_one_card(plan(preset), 24)["vllm_memory_fraction"]
+    alone = engine_alone(preset, 24)["vllm_memory_fraction"]
+    assert (share, alone) == (0.44, ALONE_SHARE_CAP)  # the L4 plan: RL beside its trainer, the card alone
+    for stage in ("sft", "rl"):
+        (stand_ins / stage / "adapter").mkdir(parents=True)
+    pipeline.capture(preset, stand_ins, resume=False)
+    pipeline.sft(preset, stand_ins)
+    pipeline.rl(preset, stand_ins)
+    pipeline.evaluate_stage(preset, stand_ins)
+    assert EVENTS == [("engine made", alone), ("capture", alone), ("engine shut down", alone),
+                      ("SFT trains", "card free"),
+                      ("engine made", share), ("pool screening", share), ("RL trains", share),
+                      ("engine shut down", share), ("engine made", alone),
+                      ("base evaluated", alone, "no trainer"), ("sft evaluated", alone, "no trainer"),
+                      ("rl evaluated", alone, "no trainer"), ("teacher evaluated", alone)]
+
+
+def test_evaluation_never_reuses_rls_engine_even_at_one_share(stand_ins):
+    """An explicit gen.vllm_memory_fraction is the user's choice in every stage: capture, RL and
+    evaluation all ask for it, so engine_for's key would not change; evaluation still releases
+    RL's engine (sized beside a trainer) and builds its own."""
+    preset = _preset(gen={"vllm_memory_fraction": 0.6})
+    pipeline.capture(preset, stand_ins, resume=False)
+    pipeline.rl(preset, stand_ins)
+    pipeline.evaluate_stage(preset, stand_ins, which=("base",))
+    assert EVENTS == [("engine made", 0.6), ("capture", 0.6), ("engine shut down", 0.6),
+                      ("engine made", 0.6), ("pool screening", 0.6), ("RL trains", 0.6),
+                      ("engine shut down", 0.6), ("engine made", 0.6),
+                      ("base evaluated", 0.6, "no trainer"), ("teacher evaluated", 0.6)]
+
+
+def test_a_larger_local_teacher_gets_its_own_alone_share(stand_ins):
+    """capture.teacher_model: capture's engine is sized for the teacher's weights; evaluation's
+    student engine for the student's, then released for the teacher's (another model: engine_for
+    makes a new one). A remote teacher (capture.teacher_url) makes no engine and asks no share."""
+    preset = _preset(capture={"teacher_model": "Qwen/Qwen2.5-7B-Instruct"})
+    teacher = engine_alone(preset, 24, "Qwen/Qwen2.5-7B-Instruct")["vllm_memory_fraction"]
+    student = engine_alone(preset, 24)["vllm_memory_fraction"]
+    pipeline.capture(preset, stand_ins, resume=False)
+    pipeline.evaluate_stage(preset, stand_ins, which=("base",))
+    assert EVENTS == [("engine made", teacher), ("capture", teacher), ("engine shut down", teacher),
+                      ("engine made", student), ("base evaluated", student, "no trainer"),
+                      ("engine shut down", student), ("engine made", teacher), ("teacher evaluated", teacher)]
+    # at 24 GiB both reach the cap; on a large card the 3B student asks for less than the 7B teacher
+    assert engine_alone(preset, 141)["vllm_memory_fraction"] < \
+        engine_alone(preset, 141, "Qwen/Qwen2.5-7B-Instruct")["vllm_memory_fraction"]
+    EVENTS.clear()
+    remote = _preset(capture={"teacher_url": "http://teacher:8000/v1", "teacher_model": "gpt-x"})
+    pipeline.capture(remote, stand_ins, resume=False)  # "gpt-x" has no shape here: asking its share would fail
+    pipeline.evaluate_stage(remote, stand_ins, which=("base",))
+    assert EVENTS == [("capture", "no engine"), ("engine shut down", teacher), ("engine made", student),
+                      ("base evaluated", student, "no trainer"), ("teacher evaluated", "no engine")]
 
 
 def test_rl_right_after_capture_still_gets_a_fresh_engine(stand_ins):
@@ -193,3 +277,58 @@ def test_the_engine_share_on_an_l4_needs_no_warning_and_a_smaller_card_gets_one(
     card(16)
     with pytest.warns(UserWarning, match="does not fit on this 16 GiB card"):
         with_engine_share(get_preset("gpu-3b-qlora"))
+
+
+# --- capture and evaluation have the card alone -----------------------------------------------
+
+
+def test_capture_and_evaluation_are_priced_at_the_rows_the_engine_alone_holds():
+    """With an in-process engine ("auto", "vllm") the planner decodes capture and evaluation at the
+    rows the card holds with no trainer beside it (the share capped at 0.9, the margin on top,
+    gen.batch_size at most); RL's rollouts and screening keep gen.kv_budget_gib's rows; the lab's
+    decoder ("hf") honours kv_budget_gib in every stage, so its capture and evaluation keep them too."""
+    from coa_lab.planning.plan_report import format_report, planner_report
+    from coa_lab.planning.step_time import decode_seconds, gpu_spec, step_time
+
+    preset = get_preset("gpu-3b-qlora")
+    shape = shape_of(preset.model.name)
+    row = kv_bytes_per_token(shape) * (512 + preset.gen.max_response_tokens)  # 72 MiB a full-length row
+    by_hand = int((ALONE_SHARE_CAP * 24 * GIB / MEMORY_MARGIN - 2 * params_of(preset, shape)) // row)
+    assert by_hand == engine_alone(preset, 24)["rows"] == 154 > 4 * plan(preset).rollout_batch
+    for backend in ("auto", "vllm"):
+        t = step_time(get_preset("gpu-3b-qlora", gen={"backend": backend}), gpu="L4")
+        assert (t.eval_rows, t.capture_rows, t.engine_alone_share) == (154, 154, 0.9)
+        # RL's rollouts keep the shared budget's 35 rows
+        rl_seconds = decode_seconds(preset, shape, 64, 512, t.rl_response_tokens, 1, gpu_spec("L4"))[0]
+        assert t.rl_rollout_seconds == rl_seconds
+    hf_preset = get_preset("gpu-3b-qlora", gen={"backend": "hf"})
+    hf = step_time(hf_preset, gpu="L4")
+    assert (hf.eval_rows, hf.capture_rows, hf.engine_alone_share) == (35, 35, None)
+    assert plan(hf_preset).rollout_batch == 35
+    # the capture's 900 tasks x 21 agent calls (6 hops), at 154 rows where RL's 35 took more than twice as long
+    auto, l4 = step_time(preset, gpu="L4"), gpu_spec("L4")
+    alone, shared = (decode_seconds(preset, shape, 900 * 21, 512, 1024, 1, l4, rows=rows)[0] for rows in (154, None))
+    assert auto.capture_hours * 3600 == pytest.approx(alone) and alone < shared / 2
+    # bounded by gen.batch_size: an H200 holds all 256 rows at a share well under the cap
+    h200 = step_time(preset, gpu="H200")
+    assert h200.eval_rows == preset.gen.batch_size == 256 and h200.engine_alone_share < ALONE_SHARE_CAP
+    assert "154   rows at once: engine alone on the card (share 0.9; RL's 35 beside the trainer)" in \
+        format_report(planner_report(preset, gpu="L4"))
+    hf_report = format_report(planner_report(hf_preset, gpu="L4"))
+    assert "35   rows at once: the lab's decoder keeps RL's KV budget" in hf_report
+
+
+def test_the_alone_share_respects_an_explicit_fraction_and_fills_one_from_this_card(monkeypatch):
+    """with_engine_alone (capture and evaluation call it): gen.vllm_memory_fraction set by the user
+    wins; None is filled from this card's plan (0.9 on an L4, less on an H200, where 256 rows fit)."""
+    import torch
+
+    from coa_lab.planning.memory_plan import with_engine_alone
+
+    explicit = get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.6})
+    assert with_engine_alone(explicit) is explicit
+    for gib, share in ((24, 0.9), (141, engine_alone(get_preset("gpu-3b-qlora"), 141)["vllm_memory_fraction"])):
+        total = types.SimpleNamespace(total_memory=gib * GIB)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i, total=total: total)
+        assert with_engine_alone(get_preset("gpu-3b-qlora")).gen.vllm_memory_fraction == share
+    assert share == 0.22  # (5.75 GiB + 256 x 72 MiB) x 1.3 / 141, rounded up
