@@ -11,6 +11,9 @@ SFT and `rl+ptx` − `control` are paired comparisons (coa_lab/comparison.py): p
 paired standard error and the tasks won and lost; over seeds the mean with a 95% bootstrap
 interval over tasks. Resumable: an (arm, seed) whose scores file exists is not run again.
 
+`coa-lab arms` is this benchmark as a command, for any arms (--set-style overrides), with the
+sampled readout (avg@K, pass@K at rl.temperature) beside greedy: coa_lab/rl_arms/.
+
 Splits: `val` (eval.val_tasks: every decision is read here), `test` / `selection` (eval.tasks'
 learnable families: the 192 tasks earlier benchmarks read), `confirm` (every task of the
 confirmation split; only with --final, and each reading is appended to
@@ -28,6 +31,8 @@ from pathlib import Path
 
 from coa_lab.comparison import arms_table, task_scores
 from coa_lab.rl.pool import headroom
+from coa_lab.rl_arms.readout import eval_mix  # noqa: F401 - the split's tasks, shared with `coa-lab arms`
+from coa_lab.rl_arms.runner import finished_rl  # noqa: F401 - a run whose RL stage ran all its steps
 
 ARMS = {"rl+ptx": {}, "rl": {"sft_coef": 0.0}, "control": {"pg_coef": 0.0}}
 ORDER = ("rl+ptx", "rl", "control")  # an RL arm first: its pool screening is reused by the others
@@ -39,18 +44,6 @@ def arm_overrides(arm: str, overrides: dict, seed: int) -> dict:
         raise SystemExit(f"unknown arm {arm!r}; choose from {sorted(ARMS)}")
     rl = {**overrides.get("rl", {}), **ARMS[arm], "seed": seed}
     return {**overrides, "rl": rl}
-
-
-def eval_mix(preset, split: str) -> dict[str, int]:
-    from coa_lab.tasks.suites import load_suite
-
-    keys = list(preset.eval.headline)
-    if split == "val":
-        return {k: n for k, n in preset.eval.val_tasks.items() if k in keys}
-    if split in ("test", "selection"):
-        return {k: n for k, n in preset.eval.tasks.items() if k in keys}
-    # confirm: the whole confirmation split of each headline family
-    return {k: len(load_suite(k.partition("/")[0], "confirm", benchmark=k.partition("/")[2])) for k in keys}
 
 
 def record_reading(args, mix: dict, preset_name: str) -> None:
@@ -178,15 +171,6 @@ def run_arms(args, overrides: dict, base: Path, adapter: Path, kept: Path) -> in
     if "rl_ptx_minus_control" in result:
         print("rl+ptx - control:", json.dumps(result["rl_ptx_minus_control"]))
     return 0
-
-
-def finished_rl(run: Path, preset) -> dict | None:
-    """The RL summary of a run whose stage ran all its steps (its adapter saved), else None."""
-    path = run / "rl" / "summary.json"
-    if not path.exists() or not (run / "rl" / "adapter" / "adapter_config.json").exists():
-        return None
-    summary = json.loads(path.read_text())
-    return summary if len(summary.get("metrics", [])) == preset.rl.steps else None
 
 
 def summarize(args, overrides: dict, base: Path, sft: dict, mix: dict, machine_start: dict) -> dict:

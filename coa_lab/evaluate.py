@@ -55,9 +55,12 @@ class EvalResult:
 
 
 def evaluate(generator, tasks_by_suite: dict[str, list], tools, preset: Preset, label: str = "model",
-             samples: int | None = None) -> EvalResult:
+             samples: int | None = None, temperature: float | None = None) -> EvalResult:
+    """`temperature`: the sampling temperature as given (the arms readout samples at RL's own,
+    rl.temperature); None: eval.temperature, raised to 0.6 for k > 1 samples."""
     k = samples or preset.eval.samples
-    temperature = preset.eval.temperature if k == 1 else max(preset.eval.temperature, 0.6)
+    if temperature is None:
+        temperature = preset.eval.temperature if k == 1 else max(preset.eval.temperature, 0.6)
     result = EvalResult(label)
     # every suite in ONE rollout pass: a decode step costs nearly as much at 4 rows as at 36
     # (it reads every weight either way), so four passes of 48, 16, 4 and 4 rows cost far more

@@ -1,7 +1,9 @@
-"""A value checked against a preset field's declared type (config.get_preset's overrides)."""
+"""A value checked against a preset field's declared type (config.get_preset's overrides), and
+`--set section.field=value` text read into such overrides."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -25,3 +27,19 @@ def checked_value(where: str, annotation: str, value: Any) -> Any:
     if not ok:
         raise ValueError(f"{where} must be {annotation}, got {value!r}")
     return value
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict]:
+    """["rl.steps=2", "model.name=Qwen/Qwen2.5-3B-Instruct"] -> {"rl": {"steps": 2}, ...}"""
+    out: dict[str, dict] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        section, dot, fld = key.partition(".")
+        if not sep or not dot:
+            raise SystemExit(f"--set expects section.field=value, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw  # bare strings need no quotes
+        out.setdefault(section, {})[fld] = value
+    return out
