@@ -163,8 +163,7 @@ class RLConfig:
     # 64 candidates: from 32, ~14 questions were kept, each drawn 3-4 times, and RL reinforced their wording
     pool: dict[str, int] = field(default_factory=lambda: {"math/arith": 48, "mhqa/lookup": 16})
     pool_samples: int = 4
-    # draw half the samples first, the rest only for candidates they left undecided (two that
-    # disagree already make a 4-sample pass rate 1/4..3/4): the same pool for fewer rollouts
+    # half the samples first, the rest only where undecided (two that disagree make a 4-sample rate 1/4..3/4)
     pool_adaptive: bool = True
     pool_min_pass: float = 0.2
     pool_max_pass: float = 0.8
@@ -172,14 +171,12 @@ class RLConfig:
     # groups stay all-right (dropped by dynamic sampling) unless the policy drifts from what SFT
     # did well; then they turn mixed and the update pulls back (docs/design.md).
     anchors_per_step: int = 3  # drawn round-robin over question templates (rl.pool.anchor_stream)
-    # a checkpoint (adapter, optimizer, step, RNG, task stream) every this many steps; `coa-lab rl --resume`
-    save_steps: int = 1
+    save_steps: int = 1  # a checkpoint (adapter, optimizer, step, RNG, task stream) every this many steps; --resume
     # RL's own seed (pool screening samples, task order, anchors, rollouts); None: the preset's
     # seed. The tasks themselves (pool candidates, eval) are drawn with the preset's seed, so
     # benchmarks/bench_rl_seeds.py varies only RL from one SFT adapter on one pool of candidates.
     seed: int | None = None
-    # Rollouts from an int8 copy (CPU; rl/int8_rollouts.py): True = every Linear, "attention" = q/k/v/o only
-    rollout_int8: bool | str = False
+    rollout_int8: bool | str = False  # int8 sampler copy (rl/int8_rollouts.py): True all Linears, "attention" q/k/v/o
     # Truncated importance sampling on the sampler's log-probs: every sampler reports them (int8 copy,
     # the lab's decoder; in-process vLLM asks logprobs=0 after temperature, logprobs_mode processed_logprobs;
     # the server client asks logprobs=0 too), so it runs on the GPU presets. Each policy token's loss x
@@ -201,6 +198,9 @@ class RLConfig:
     # order at the same rate (needs rl.sft_coef > 0). What RL itself adds is the recipe's gain
     # over this control, not over the SFT adapter (benchmarks/bench_rl_seeds.py --arms).
     pg_coef: float = 1.0
+    warmup_steps: int = 0  # linear warm-up, in optimizer steps (rl/optim.py; docs/design.md "RL: the optimizer")
+    lr_schedule: str = "constant"  # after the warm-up: "constant" | "cosine" | "linear" (to 0 at the run's end)
+    advantage: str = "grpo"  # "grpo" (r - mean) / std | "dr_grpo" r - mean | "rft" 1 correct, 0 wrong (rl/dapo.py)
 
 
 @dataclass

@@ -69,9 +69,11 @@ CHECKPOINT = "checkpoint"
 
 
 def save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: TaskCycle, anchor_iter, n_sampled: int,
-                     reference=None, sft_iter: TaskCycle | None = None) -> None:
-    """out_dir/checkpoint: the adapter, the optimizer, the next step, every RNG and how far each
-    task stream got. Written beside the old one and swapped in, so a kill mid-save leaves one."""
+                     reference=None, sft_iter: TaskCycle | None = None, scheduler=None, start=None) -> None:
+    """out_dir/checkpoint: the adapter, the optimizer and its learning-rate schedule, the next step,
+    every RNG, how far each task stream got, and the run's starting weights (`start`, rl/optim.py's
+    StartWeights, for delta_norm; left out when the KL reference holds the same tensors). Written
+    beside the old one and swapped in, so a kill mid-save leaves one."""
 
     import torch
 
@@ -89,7 +91,9 @@ def save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: TaskC
                 "pool": pool_iter.state(), "anchors_drawn": anchor_iter.n if anchor_iter is not None else 0,
                 "sampled_records": n_sampled,
                 "reference": reference.state() if reference is not None else None,
-                "sft_mix": sft_iter.state() if sft_iter is not None else None}, tmp / "state.pt")
+                "sft_mix": sft_iter.state() if sft_iter is not None else None,
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "start": start.state() if start is not None and reference is None else None}, tmp / "state.pt")
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)

@@ -7,7 +7,8 @@ The four techniques and where they live:
 3. token-level loss       -> `dapo_token_loss` divides by the batch's token count
 4. overlong shaping       -> `overlong_penalty` (soft punishment) + the trainer's mask for
                              truncated samples (overlong filtering)
-Advantages are GRPO's: reward standardized within the group of samples of one prompt.
+Advantages are GRPO's by default: reward standardized within the group of samples of one
+prompt; `advantages` selects the alternatives (rl.advantage: Dr. GRPO's unscaled one, RFT's 1/0).
 No KL term by default, as in DAPO and the AFM release; `kl_to_reference` is GRPO's, a switch
 (rl.kl_coef) that keeps the policy near the SFT one.
 """
@@ -28,8 +29,36 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return (rewards - mean) / (std + eps)  # [n_groups, group_size]
 
 
-def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
-    """Dynamic sampling: keep groups whose rewards are not all equal. [n_groups, G] -> bool [n_groups]."""
+ADVANTAGES = ("grpo", "dr_grpo", "rft")
+
+
+def advantages(rewards: torch.Tensor, mode: str = "grpo", accuracy: torch.Tensor | None = None) -> torch.Tensor:
+    """The per-rollout advantage of rl.advantage = `mode`. rewards: [n_groups, G], the shaped
+    rewards; accuracy: [n_groups, G], the binary task reward (default: `rewards`).
+
+    "grpo": (r - mean) / std, `group_advantages` (the default: a lone success in a 1-of-4 group
+        gets +1.73, a 3-of-4 group's lone failure -1.73: Dr. GRPO's difficulty bias);
+    "dr_grpo": r - mean, no std division (Dr. GRPO, arXiv 2503.20783);
+    "rft": 1 for a correct rollout (accuracy == 1, before overlong shaping), 0 for a wrong one:
+        rejection-sampling fine-tuning on the student's own correct rollouts, as an RL arm.
+    """
+    if mode == "grpo":
+        return group_advantages(rewards)
+    if mode == "dr_grpo":
+        return rewards - rewards.mean(dim=1, keepdim=True)
+    if mode == "rft":
+        return ((accuracy if accuracy is not None else rewards) == 1.0).to(rewards.dtype)
+    raise ValueError(f"rl.advantage must be one of {ADVANTAGES}, got {mode!r}")
+
+
+def informative_groups(rewards: torch.Tensor, mode: str = "grpo") -> torch.Tensor:
+    """Dynamic sampling: keep groups whose rewards are not all equal. [n_groups, G] -> bool [n_groups].
+
+    Under rl.advantage = "rft" (`mode`; rewards are then the binary accuracy) a group carries
+    signal when any rollout is correct: an all-correct group is kept (its rollouts are trained
+    on), only an all-wrong one is dropped."""
+    if mode == "rft":
+        return rewards.max(dim=1).values == 1.0
     return (rewards.max(dim=1).values - rewards.min(dim=1).values) > 0
 
 

@@ -50,7 +50,8 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
     """Sample groups until `prompts_per_step` informative groups are collected (or rounds run out).
 
     Dynamic sampling looks at ACCURACY, as DAPO does: a group whose answers are all right or
-    all wrong teaches nothing about correctness, even if length shaping makes rewards differ.
+    all wrong teaches nothing about correctness, even if length shaping makes rewards differ
+    (under rl.advantage = "rft" only an all-wrong group is dropped: dapo.informative_groups).
     The first round also samples `anchors_per_step` anchor questions (ones the SFT policy
     always solved): an anchor group only enters the batch if the policy has started to fail it.
     """
@@ -84,7 +85,8 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
         stats["samples"] += list(zip(rollouts, accuracy, scores))
         for g in range(need):
             window = slice(g * rl.group_size, (g + 1) * rl.group_size)
-            keep = not rl.dynamic_sampling or bool(dapo.informative_groups(torch.tensor([accuracy[window]]))[0])
+            keep = not rl.dynamic_sampling or bool(dapo.informative_groups(torch.tensor([accuracy[window]]),
+                                                                           rl.advantage)[0])
             if g >= need - n_anchors:
                 stats["anchor_groups"] += 1
                 stats["anchor_groups_kept"] += keep

@@ -37,7 +37,7 @@ from pathlib import Path
 from coa_lab import distributed
 from coa_lab.student_rollout import Rollout
 from coa_lab.config import Preset
-from coa_lab.rl import dapo
+from coa_lab.rl import dapo, optim
 from coa_lab.rl.checkpoint import CountedStream, TaskCycle, latest_rl_checkpoint, restore_run, save_checkpoint
 from coa_lab.rl.pool import anchor_stream
 from coa_lab.rl.rollouts import collect_batch
@@ -94,6 +94,9 @@ def check_settings(preset: Preset, sft_records) -> None:
         raise ValueError(f"rl.sft_coef must be >= 0 (0 turns the SFT mix off), got {rl.sft_coef}")
     if rl.pg_coef < 0:
         raise ValueError(f"rl.pg_coef must be >= 0 (0: the SFT-only control), got {rl.pg_coef}")
+    optim.check_schedule(rl)
+    if rl.advantage not in dapo.ADVANTAGES:
+        raise ValueError(f"rl.advantage must be one of {dapo.ADVANTAGES}, got {rl.advantage!r}")
     if rl.pg_coef == 0 and rl.sft_coef == 0:
         raise ValueError("rl.pg_coef=0 (the SFT-only control) with rl.sft_coef=0 trains nothing; set rl.sft_coef > 0")
     if rl.sft_coef > 0 and not sft_records:
@@ -154,7 +157,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     else:  # the policy itself samples: always the current weights
         generator = HFGenerator(model, tokenizer, rollout_batch(preset.gen, model), compute=compute)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=rl.learning_rate, weight_decay=0.0)
+    optimizer, scheduler = optim.build_optimizer(params, rl)  # AdamW; a constant rate unless rl.lr_schedule says
     reference = None
     if rl.kl_coef > 0:  # the SFT adapter's weights: this run's start, or the checkpoint's copy of them
         from coa_lab.rl.reference import ReferenceWeights
@@ -186,6 +189,11 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     metrics, sampled, first_step = [], [], 0
     if state is not None:  # continue exactly where the checkpoint left off
         metrics, sampled, first_step = restore_run(state, out_dir, optimizer, pool_iter, anchor_iter, sft_iter)
+        optim.restore_schedule(scheduler, state, rl)
+    # delta_norm's origin: the run's first weights (the KL reference's copy when there is one)
+    start = optim.StartWeights(model, (state.get("start") or state.get("reference")) if state is not None else None)
+    pool_ids = {t.id for t in pool}
+    seen = {r.task_id for r in sampled} & pool_ids  # pool questions sampled in earlier steps
     # rank 0 writes the run folder; the other ranks compute the same rows and keep them in memory
     with open(metrics_path if main else os.devnull, "w") as log, \
             progress_bar(total=rl.steps, initial=first_step, desc="rl", unit="step", disable=not main) as bar:
@@ -196,7 +204,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
             if rl.pg_coef == 0:  # the SFT-only control: no rollouts, the recipe's SFT steps on its rows
                 row = {"step": step, "arm": "control",
                        **sft_only_update(model, optimizer, draw_sft_batches(), preset, tokenizer.pad_token_id,
-                                         compute, scaler=scaler)}
+                                         compute, scaler=scaler, scheduler=scheduler)}
                 groups, sample_seconds = [[]], 0.0  # one update made: the adapter is saved below
                 postfix = {"sft_loss": f"{row['sft_loss']:.3f}"}
             else:
@@ -204,12 +212,14 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 sample_seconds = round(time.time() - t0, 1)
                 samples = s.pop("samples")
                 sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(samples)]
-                row = step_metrics(step, s, samples, groups, rewards, rl)
+                accuracy = _group_accuracy(groups, samples)
+                row = {**step_metrics(step, s, samples, groups, rewards, rl, accuracy), **_revisit(samples, seen, pool_ids)}
                 if groups:
                     # PPO-ptx: one draw of rl.sft_rows SFT trajectories per optimizer step
                     sft_batches = draw_sft_batches() if sft_iter is not None else None
                     row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute,
-                                             reference=reference, sft_batches=sft_batches, scaler=scaler))
+                                             reference=reference, sft_batches=sft_batches, scaler=scaler,
+                                             scheduler=scheduler, accuracy=accuracy))
                     if scaler.is_enabled():  # fp16: a scale that keeps falling means overflowing steps, skipped
                         row["loss_scale"] = scaler.get_scale()
                     if hasattr(generator, "refresh"):  # the int8 copy: rebuilt from the new weights
@@ -220,6 +230,7 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 else:
                     row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
                 postfix = {"acc": f"{row['accuracy']:.2f}", "kept": f"{len(groups)}/{s['sampled_groups']}"}
+            row.update(delta_norm=start.delta_norm(), **optim.lr_scales(scheduler))  # drift vs noise: docs/design.md
             row["seconds"] = round(time.time() - t0, 1)
             row["sample_seconds"] = sample_seconds  # the rest of `seconds` is the update (and saving)
             metrics.append(row)
@@ -237,12 +248,27 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
                 tokenizer.save_pretrained(adapter_dir)
             if rl.save_steps > 0 and ((step + 1) % rl.save_steps == 0 or step + 1 == rl.steps):
                 save_checkpoint(out_dir, model, optimizer, step, pool_iter, anchor_iter, len(sampled), reference,
-                                sft_iter)
+                                sft_iter, scheduler, start)
     distributed.barrier()  # rank 0's files are complete before any rank returns
     return RLResult(adapter_dir, metrics)
 
 
-def step_metrics(step: int, s: dict, samples: list, groups: list, rewards: list, rl) -> dict:
+def _group_accuracy(groups: list, samples: list) -> list[list[float]]:
+    """The binary task reward of every kept rollout, shaped like `rewards` (what rl.advantage="rft" reads)."""
+    of = {id(r): acc for r, acc, _ in samples}
+    return [[of[id(r)] for r in g] for g in groups]
+
+
+def _revisit(samples: list, seen: set, pool_ids: set) -> dict:
+    """`revisit_reward`: the mean task reward this step on pool questions sampled in an earlier step
+    (`seen`, then updated with this step's pool questions); left out when none came back. The pool
+    stream revisits questions: a gain there beside a flat `accuracy` is wording learnt, not skill."""
+    again = [acc for r, acc, _ in samples if r.task.id in seen]
+    seen.update(r.task.id for r, _, _ in samples if r.task.id in pool_ids)
+    return {"revisit_reward": sum(again) / len(again)} if again else {}
+
+
+def step_metrics(step: int, s: dict, samples: list, groups: list, rewards: list, rl, accuracy=None) -> dict:
     """One RL step's row of metrics.jsonl, from collect_batch's counts `s` and its sampled rollouts."""
     import torch
 
@@ -277,7 +303,9 @@ def step_metrics(step: int, s: dict, samples: list, groups: list, rewards: list,
         "overlong_rollouts": sum(r.truncated for r, _, _ in samples),
         # rollouts whose advantage is not zero: the only ones that move the weights. The
         # rest of the sampled ones were dropped or sat in an all-equal group (wasted work).
-        "signal_rollouts": int((dapo.group_advantages(torch.tensor(rewards)) != 0).sum()) if groups else 0,
+        "signal_rollouts": int((dapo.advantages(torch.tensor(rewards), rl.advantage,
+                                                torch.tensor(accuracy) if accuracy is not None else None) != 0).sum())
+        if groups else 0,
     }
 
 

@@ -9,7 +9,7 @@ import random
 
 from coa_lab import distributed
 from coa_lab.config import Preset
-from coa_lab.rl import dapo
+from coa_lab.rl import dapo, optim
 from coa_lab.training.logprobs import token_logprobs
 
 
@@ -50,9 +50,10 @@ def _backward(loss, scaler) -> None:
     (scaler.scale(loss) if scaler is not None else loss).backward()
 
 
-def _step(optimizer, params, scaler) -> None:
+def _step(optimizer, params, scaler, scheduler=None) -> None:
     """Clip the gradient norm to 1 and step; under fp16 loss scaling the gradients are unscaled
-    first, and a step whose gradients overflowed is skipped (the scaler lowers its scale)."""
+    first, and a step whose gradients overflowed is skipped (the scaler lowers its scale). The
+    learning-rate schedule (rl/optim.py) then moves on one optimizer step."""
     import torch
 
     if scaler is not None and scaler.is_enabled():
@@ -63,6 +64,34 @@ def _step(optimizer, params, scaler) -> None:
     else:
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+
+
+class _Held:
+    """A gradient held apart from its parameter, in the shape distributed.all_reduce_gradients takes."""
+
+    def __init__(self, p):
+        self.grad = p.grad.detach().clone() if p.grad is not None else p.detach().new_zeros(p.shape)
+
+
+def _term_norms(params, pg: list[_Held] | None, scaler) -> dict[str, float]:
+    """‖∇‖ before clipping of the policy-gradient term and of the SFT mix, from the mini-batch's
+    summed gradient (already reduced over ranks) and `pg`, the gradient held after the policy term's
+    backward and before the mix's (None: no mix ran, the whole gradient is the policy term's). Under
+    data parallel the held copy is reduced too: one more collective, only with the mix on. The
+    backward passes are today's: reading the norms changes nothing in the update."""
+    scale = scaler.get_scale() if scaler is not None and scaler.is_enabled() else 1.0  # fp16: scaled grads
+    if pg is None:
+        return {"grad_norm_pg": optim.grad_norm([p.grad for p in params]) / scale}
+    distributed.all_reduce_gradients(pg)
+    sft = [p.grad - h.grad if p.grad is not None else None for p, h in zip(params, pg)]
+    return {"grad_norm_pg": optim.grad_norm([h.grad for h in pg]) / scale, "grad_norm_sft": optim.grad_norm(sft) / scale}
+
+
+def _mean_rows(rows: list[dict]) -> dict[str, float]:
+    """The mean of each key over per-mini-batch rows (the norms are the same on every rank)."""
+    return {k: sum(r[k] for r in rows) / len(rows) for k in (rows[0] if rows else {})}
 
 
 def _sft_mix(model, rows: list[dict], coef: float, pad_id: int, packed: bool, device, compute, world: int,
@@ -86,9 +115,28 @@ def _sft_mix(model, rows: list[dict], coef: float, pad_id: int, packed: bool, de
     return float(loss.detach())
 
 
+def _sampler_gap(flat, mine, old, device) -> tuple[float, float, float]:
+    """Consistency: `old` holds the trainer's pre-update log-prob of every token this rank scored.
+    On policy tokens it must equal the log-prob the sampler drew the token with (same weights, same
+    temperature): verl's rollout_probs_diff_mean, over every policy token, the overlong-filtered
+    samples included. Returns (sum, count, max) of |p_trainer - p_sampler| on this rank."""
+    import torch
+
+    scored = sorted({i for mb in mine for sub in mb for i in sub})
+    with_lp = [i for i in scored if len(flat[i].response_logprobs) == len(flat[i].response_ids)]
+    if not with_lp:
+        return 0.0, 0.0, 0.0
+    t = torch.tensor(with_lp, device=device)
+    sampler = _pad([[0.0] * len(flat[i].prompt_ids) + flat[i].response_logprobs for i in with_lp], 0.0)
+    policy = _pad([[0] * len(flat[i].prompt_ids) + flat[i].response_mask for i in with_lp], 0)
+    width_lp = sampler.shape[1]
+    gap = dapo.probability_gap(old[t, :width_lp], sampler.to(device), policy.to(device))
+    return float(gap.sum()), float(gap.numel()), float(gap.max()) if gap.numel() else 0.0
+
+
 def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int, compute=None,
                   packed: bool | None = None, reference=None, sft_batches: list[list[dict]] | None = None,
-                  scaler=None) -> dict:
+                  scaler=None, scheduler=None, accuracy: list[list[float]] | None = None) -> dict:
     """Old log-probs, advantages, then mini-batch steps on the DAPO loss.
 
     compute: a context-manager factory for forward passes (bf16 autocast on CPU).
@@ -96,7 +144,10 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     sft_batches: with rl.sft_coef > 0, one list of encoded SFT rows (sft.encode_example) per
     mini-batch: rl.sft_coef x their masked SFT loss joins that optimizer step (PPO-ptx).
     packed: one packed row per micro-batch (default: wherever the model's attention allows
-    it) or padded rows (benchmarks/bench_rl_update.py compares them)."""
+    it) or padded rows (benchmarks/bench_rl_update.py compares them).
+    scheduler: the learning-rate schedule, stepped after every optimizer step (rl/optim.py).
+    accuracy: the binary task reward of each rollout, like `rewards` (the shaped ones): what
+    rl.advantage = "rft" calls correct (default: `rewards`)."""
     import contextlib
 
     import torch
@@ -106,7 +157,8 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     compute = compute or contextlib.nullcontext
     rl = preset.rl
     device = next(model.parameters()).device
-    adv = dapo.group_advantages(torch.tensor(rewards, dtype=torch.float32)).flatten().to(device)  # [N]
+    acc = torch.tensor(accuracy, dtype=torch.float32) if accuracy is not None else None
+    adv = dapo.advantages(torch.tensor(rewards, dtype=torch.float32), rl.advantage, acc).flatten().to(device)  # [N]
     flat = [r for g in groups for r in g]
     ids = [r.prompt_ids + r.response_ids for r in flat]
     masks = [[0] * len(r.prompt_ids) + (r.response_mask if not (rl.overlong_filter and r.truncated)
@@ -167,6 +219,7 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     model.train()  # gradient checkpointing (GPU presets) is only active in train mode
     stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "ratio_mean": [], "approx_kl": [], "high_ratio_frac": []}
     params = [p for p in model.parameters() if p.requires_grad]
+    norms = []  # per mini-batch: grad_norm_pg (and grad_norm_sft)
     for n_mb, mb in enumerate(mini_batches):
         n_tokens = float(loss_mask[torch.tensor([i for sub in mb for i in sub], device=device)].sum().clamp(min=1))
         n_sequences = float(sum(len(sub) for sub in mb))
@@ -196,25 +249,15 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
                 stats.setdefault("kl_ref", []).append(st["kl_ref"])
             for k in ("clip_frac", "ratio_mean", "approx_kl", "high_ratio_frac"):
                 stats[k].append(st[k])
-        if sft_batches and rl.sft_coef > 0 and n_mb < len(sft_batches):
+        mix = bool(sft_batches) and rl.sft_coef > 0 and n_mb < len(sft_batches)
+        pg_grads = [_Held(p) for p in params] if mix else None  # the policy term's alone, for its norm
+        if mix:
             stats.setdefault("sft_loss", []).append(_sft_mix(model, sft_batches[n_mb], rl.sft_coef, pad_id, packed,
                                                             device, compute, world, me, scaler))
         distributed.all_reduce_gradients(params)  # the whole mini-batch's gradient on every rank
-        _step(optimizer, params, scaler)
-    # Consistency: `old` now holds the trainer's pre-update log-prob of every token this rank
-    # scored. On policy tokens it must equal the log-prob the sampler drew the token with (same
-    # weights, same temperature): verl's rollout_probs_diff_mean, over every policy token, the
-    # overlong-filtered samples included.
-    gap_sum, gap_n, gap_max = 0.0, 0.0, 0.0
-    scored = sorted({i for mb in mine for sub in mb for i in sub})
-    with_lp = [i for i in scored if len(flat[i].response_logprobs) == len(flat[i].response_ids)]
-    if with_lp:
-        t = torch.tensor(with_lp, device=device)
-        sampler = _pad([[0.0] * len(flat[i].prompt_ids) + flat[i].response_logprobs for i in with_lp], 0.0)
-        policy = _pad([[0] * len(flat[i].prompt_ids) + flat[i].response_mask for i in with_lp], 0)
-        width_lp = sampler.shape[1]
-        gap = dapo.probability_gap(old[t, :width_lp], sampler.to(device), policy.to(device))
-        gap_sum, gap_n, gap_max = float(gap.sum()), float(gap.numel()), float(gap.max()) if gap.numel() else 0.0
+        norms.append(_term_norms(params, pg_grads, scaler))
+        _step(optimizer, params, scaler, scheduler)
+    gap_sum, gap_n, gap_max = _sampler_gap(flat, mine, old, device)
     # per-micro-batch statistics: sums and counts over all ranks, so the log is one process's
     keys = list(stats)
     totals = distributed.all_reduce_sum([sum(stats[k]) for k in keys] + [gap_sum, gap_n]
@@ -228,13 +271,14 @@ def policy_update(model, optimizer, groups, rewards, preset: Preset, pad_id: int
     if "sft_loss" in stats:  # the ranks' shares add up to each mini-batch's loss: the mean over them
         out["sft_loss"] = totals[keys.index("sft_loss")] / len(stats["sft_loss"])
     out["optimizer_steps"] = len(mini_batches)  # the SFT-only control arm takes as many (rl.mini_batches)
+    out.update(_mean_rows(norms))
     out["train_tokens"] = int(loss_mask.sum())
     out["masked_observation_tokens"] = sum(len(r.response_mask) - sum(r.response_mask) for r in flat)
     return out
 
 
 def sft_only_update(model, optimizer, sft_batches: list[list[dict]], preset: Preset, pad_id: int,
-                    compute=None, packed: bool | None = None, scaler=None) -> dict:
+                    compute=None, packed: bool | None = None, scaler=None, scheduler=None) -> dict:
     """The SFT-only control of an RL step (rl.pg_coef = 0): the optimizer steps `policy_update`
     would take, one per mini-batch of SFT rows, each on rl.sft_coef x the masked SFT loss alone,
     clipped and stepped exactly as there. Nothing is sampled: what this arm gains over the SFT
@@ -250,11 +294,13 @@ def sft_only_update(model, optimizer, sft_batches: list[list[dict]], preset: Pre
     world, me = distributed.world_size(), distributed.rank()
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
-    losses = []
+    losses, norms = [], []
     for rows in sft_batches:
         optimizer.zero_grad()
         losses.append(_sft_mix(model, rows, preset.rl.sft_coef, pad_id, packed, device, compute, world, me, scaler))
         distributed.all_reduce_gradients(params)
-        _step(optimizer, params, scaler)
+        scale = scaler.get_scale() if scaler is not None and scaler.is_enabled() else 1.0
+        norms.append({"grad_norm_pg": 0.0, "grad_norm_sft": optim.grad_norm([p.grad for p in params]) / scale})
+        _step(optimizer, params, scaler, scheduler)
     total = distributed.all_reduce_sum([sum(losses)])[0]
-    return {"sft_loss": total / max(1, len(losses)), "optimizer_steps": len(losses)}
+    return {"sft_loss": total / max(1, len(losses)), "optimizer_steps": len(losses), **_mean_rows(norms)}
