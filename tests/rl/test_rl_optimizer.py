@@ -81,14 +81,19 @@ def test_warmup_then_schedule_per_optimizer_step(schedule):
     assert _rates(rl, 6) == pytest.approx(want, abs=1e-12)
 
 
+def _take_steps(opt, sched, p, n: int) -> None:
+    """n optimizer steps on a gradient of ones, the schedule stepped after each."""
+    for _ in range(n):
+        p.grad = torch.ones_like(p)
+        opt.step()
+        sched.step()
+
+
 def test_lr_scales_sum_the_rates_taken():
     rl = get_preset("cpu-smoke", rl={"steps": 4, "mini_batches": 1, "learning_rate": 0.1}).rl
     p = torch.nn.Parameter(torch.zeros(1))
     opt, sched = optim.build_optimizer([p], rl)
-    for _ in range(4):
-        p.grad = torch.ones(1)
-        opt.step()
-        sched.step()
+    _take_steps(opt, sched, p, 4)
     scales = optim.lr_scales(sched)
     assert scales["lr_x_n"] == pytest.approx(0.4) and scales["lr_x_sqrt_n"] == pytest.approx(0.2)  # lr N, lr sqrt(N)
 
@@ -105,10 +110,7 @@ def test_a_restored_schedule_continues_exactly():
     whole = _rates(rl, 10)
     p = torch.nn.Parameter(torch.zeros(2))
     opt, sched = optim.build_optimizer([p], rl)
-    for _ in range(4):
-        p.grad = torch.ones(2)
-        opt.step()
-        sched.step()
+    _take_steps(opt, sched, p, 4)
     saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict()}
     p2 = torch.nn.Parameter(p.detach().clone())
     opt2, sched2 = optim.build_optimizer([p2], rl)  # a fresh process: the schedule starts at 0 ...
