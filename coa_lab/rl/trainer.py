@@ -34,14 +34,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from coa_lab import distributed
-from coa_lab.student_rollout import Rollout
 from coa_lab.config import Preset
+from coa_lab.generation.backends import resolve_backend, rollout_batch
+from coa_lab.generation.hf_generator import HFGenerator
+from coa_lab.generation.llm import rl_sampler
+from coa_lab.generation.models import compute_context, grad_scaler, load_model
+from coa_lab.progress import progress_bar
 from coa_lab.rl import dapo, optim
 from coa_lab.rl.checkpoint import CountedStream, TaskCycle, latest_rl_checkpoint, restore_run, save_checkpoint
+from coa_lab.rl.int8_rollouts import Int8Rollouts
 from coa_lab.rl.pool import anchor_stream
+from coa_lab.rl.reference import ReferenceWeights
 from coa_lab.rl.rollouts import collect_batch
 from coa_lab.rl.update import policy_update, sft_only_update
+from coa_lab.student_rollout import Rollout
+from coa_lab.training.sft import encode_example, record_messages
 from coa_lab.trajectories import TrajectoryRecord, save_records
 
 
@@ -120,137 +130,169 @@ def train_rl(preset: Preset, train_tasks: list, tools, out_dir: str | Path, adap
     Under `accelerate launch` (configs/ddp.yaml) every rank runs this function: they draw the
     same tasks, each rolls out its share, and the update's gradient is summed over the ranks
     (coa_lab/distributed.py); rank 0 writes the files."""
-    import torch
-    from coa_lab.progress import progress_bar
-
-    from coa_lab.generation.backends import resolve_backend, rollout_batch
-    from coa_lab.generation.hf_generator import HFGenerator
-    from coa_lab.generation.models import compute_context, grad_scaler, load_model
-
     check_settings(preset, sft_records)  # before anything is loaded: a refused run costs nothing
+    if not train_tasks:
+        raise ValueError("RL needs training tasks; the pool is empty")
     distributed.init()  # under `accelerate launch`: join the ranks (a no-op in one process)
     distributed.require_replicated_policy("RL")
-    main = distributed.is_main()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rl = preset.rl
-    seed = rl_seed(preset)
-    random.seed(seed)  # the same on every rank: they draw the same tasks, in the same order
-    torch.manual_seed(seed)  # the same LoRA initialisation on every rank ...
-    checkpoint = latest_rl_checkpoint(out_dir) if resume else None
-    state = torch.load(checkpoint / "state.pt", weights_only=False) if checkpoint else None
-    model, tokenizer = load_model(preset.model, adapter=checkpoint / "adapter" if checkpoint else adapter, trainable=True)
-    if distributed.world_size() > 1:  # ... but each rank samples its own rollouts
-        torch.manual_seed(seed + 1000 * distributed.rank())
-    compute = lambda: compute_context(model, preset.model)  # noqa: E731 - same numerics for sampling and training
-    scaler = grad_scaler(model, preset.model)  # fp16 on a card without bf16; elsewhere a pass-through
-    if generator_factory is not None:
-        generator = generator_factory(model, tokenizer)
-    elif resolve_backend(preset.gen.backend) in ("vllm", "vllm-server"):  # samples the adapter on disk, pushed after each update
-        from coa_lab.generation.llm import rl_sampler
-
-        generator = rl_sampler(preset, tokenizer, checkpoint / "adapter" if checkpoint else adapter)
-    elif rl.rollout_int8:  # an int8 copy samples, rebuilt after every update; TIS corrects the loss
-        from coa_lab.rl.int8_rollouts import Int8Rollouts
-
-        generator = Int8Rollouts(model, tokenizer, rollout_batch(preset.gen, model), which=rl.rollout_int8)
-    else:  # the policy itself samples: always the current weights
-        generator = HFGenerator(model, tokenizer, rollout_batch(preset.gen, model), compute=compute)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer, scheduler = optim.build_optimizer(params, rl)  # AdamW; a constant rate unless rl.lr_schedule says
-    reference = None
-    if rl.kl_coef > 0:  # the SFT adapter's weights: this run's start, or the checkpoint's copy of them
-        from coa_lab.rl.reference import ReferenceWeights
-
-        if state is not None and state.get("reference") is None:
-            raise ValueError("rl.kl_coef > 0, but the checkpoint was written without a KL reference; "
-                             "resume with the settings the run started with (rl.kl_coef=0)")
-        reference = ReferenceWeights(model, state["reference"] if state is not None else None)
-    pool = list(train_tasks)
-    if not pool:
-        raise ValueError("RL needs training tasks; the pool is empty")
-    sft_iter = None
-    if rl.sft_coef > 0:
-        from coa_lab.training.sft import encode_example, record_messages
-
-        encoded = {rec.id: encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length,
-                                          mask_observations=preset.sft.mask_observations) for rec in sft_records}
-        # its own RNG: the control arm, which samples nothing, draws the rows the recipe draws
-        sft_iter = TaskCycle(list(sft_records), rng=random.Random(seed))
-
-    def draw_sft_batches() -> list[list[dict]]:
-        """PPO-ptx's rows for one RL step: rl.sft_rows SFT trajectories per optimizer step."""
-        return [[encoded[next(sft_iter).id] for _ in range(rl.sft_rows)] for _ in range(rl.mini_batches)]
-
-    pool_iter = TaskCycle(pool)
-    anchor_iter = CountedStream(anchor_stream(list(anchors), seed)) if anchors and rl.anchors_per_step > 0 else None
-    metrics_path = out_dir / "metrics.jsonl"
-    adapter_dir = out_dir / "adapter"
+    run = _start_run(preset, out_dir, adapter, resume, generator_factory, sft_records)
+    pool_ids = {t.id for t in train_tasks}
+    pool_iter = TaskCycle(list(train_tasks))
+    anchor_iter = (CountedStream(anchor_stream(list(anchors), rl_seed(preset)))
+                   if anchors and preset.rl.anchors_per_step > 0 else None)
     metrics, sampled, first_step = [], [], 0
-    if state is not None:  # continue exactly where the checkpoint left off
-        metrics, sampled, first_step = restore_run(state, out_dir, optimizer, pool_iter, anchor_iter, sft_iter)
-        optim.restore_schedule(scheduler, state, rl)
+    if run.state is not None:  # continue exactly where the checkpoint left off
+        metrics, sampled, first_step = restore_run(run.state, out_dir, run.optimizer, pool_iter, anchor_iter,
+                                                   run.sft_iter)
+        optim.restore_schedule(run.scheduler, run.state, preset.rl)
     # delta_norm's origin: the run's first weights (the KL reference's copy when there is one)
-    start = optim.StartWeights(model, (state.get("start") or state.get("reference")) if state is not None else None)
-    pool_ids = {t.id for t in pool}
+    state = run.state
+    start = optim.StartWeights(run.model, (state.get("start") or state.get("reference")) if state is not None else None)
     seen = {r.task_id for r in sampled} & pool_ids  # pool questions sampled in earlier steps
+    main = distributed.is_main()
     # rank 0 writes the run folder; the other ranks compute the same rows and keep them in memory
-    with open(metrics_path if main else os.devnull, "w") as log, \
-            progress_bar(total=rl.steps, initial=first_step, desc="rl", unit="step", disable=not main) as bar:
+    with open(out_dir / "metrics.jsonl" if main else os.devnull, "w") as log, \
+            progress_bar(total=preset.rl.steps, initial=first_step, desc="rl", unit="step", disable=not main) as bar:
         for row in metrics:
             log.write(json.dumps(row) + "\n")
-        for step in range(first_step, rl.steps):
+        for step in range(first_step, preset.rl.steps):
             t0 = time.time()
-            if rl.pg_coef == 0:  # the SFT-only control: no rollouts, the recipe's SFT steps on its rows
-                row = {"step": step, "arm": "control",
-                       **sft_only_update(model, optimizer, draw_sft_batches(), preset, tokenizer.pad_token_id,
-                                         compute, scaler=scaler, scheduler=scheduler)}
-                groups, sample_seconds = [[]], 0.0  # one update made: the adapter is saved below
-                postfix = {"sft_loss": f"{row['sft_loss']:.3f}"}
-            else:
-                groups, rewards, s = collect_batch(generator, pool_iter, tools, preset, anchor_iter)
-                sample_seconds = round(time.time() - t0, 1)
-                samples = s.pop("samples")
-                sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(samples)]
-                accuracy = _group_accuracy(groups, samples)
-                row = {**step_metrics(step, s, samples, groups, rewards, rl, accuracy), **_revisit(samples, seen, pool_ids)}
-                if groups:
-                    # PPO-ptx: one draw of rl.sft_rows SFT trajectories per optimizer step
-                    sft_batches = draw_sft_batches() if sft_iter is not None else None
-                    row.update(policy_update(model, optimizer, groups, rewards, preset, tokenizer.pad_token_id, compute,
-                                             reference=reference, sft_batches=sft_batches, scaler=scaler,
-                                             scheduler=scheduler, accuracy=accuracy))
-                    if scaler.is_enabled():  # fp16: a scale that keeps falling means overflowing steps, skipped
-                        row["loss_scale"] = scaler.get_scale()
-                    if hasattr(generator, "refresh"):  # the int8 copy: rebuilt from the new weights
-                        generator.refresh()
-                    if hasattr(generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
-                        push_adapter(generator, model, out_dir, step, main)
-                    row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
-                else:
-                    row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
-                postfix = {"acc": f"{row['accuracy']:.2f}", "kept": f"{len(groups)}/{s['sampled_groups']}"}
-            row.update(delta_norm=start.delta_norm(), **optim.lr_scales(scheduler))  # drift vs noise: docs/design.md
+            row, groups, postfix = _rl_step(preset, run, step, pool_iter, anchor_iter, tools, sampled, seen, pool_ids,
+                                            out_dir, main)
+            row.update(delta_norm=start.delta_norm(), **optim.lr_scales(run.scheduler))  # drift vs noise: docs/design.md
             row["seconds"] = round(time.time() - t0, 1)
-            row["sample_seconds"] = sample_seconds  # the rest of `seconds` is the update (and saving)
+            row["sample_seconds"] = row.pop("sample_seconds")  # beside `seconds`: the rest of it is the update
             metrics.append(row)
             bar.update(1)
             bar.set_postfix(**postfix)
             log.write(json.dumps(row) + "\n")
             log.flush()
             if on_step is not None:
-                on_step(step, row, model)
-            # After every step, so an interrupted run keeps its latest policy and samples.
-            if main:
-                save_records(sampled, out_dir / "rollouts.jsonl")  # every sampled trajectory, to inspect
-            if main and (groups or not (adapter_dir / "adapter_config.json").exists()):
-                model.save_pretrained(adapter_dir)
-                tokenizer.save_pretrained(adapter_dir)
-            if rl.save_steps > 0 and ((step + 1) % rl.save_steps == 0 or step + 1 == rl.steps):
-                save_checkpoint(out_dir, model, optimizer, step, pool_iter, anchor_iter, len(sampled), reference,
-                                sft_iter, scheduler, start)
+                on_step(step, row, run.model)
+            _save_step(preset, run, out_dir, step, groups, sampled, pool_iter, anchor_iter, start, main)
     distributed.barrier()  # rank 0's files are complete before any rank returns
-    return RLResult(adapter_dir, metrics)
+    return RLResult(out_dir / "adapter", metrics)
+
+
+@dataclass
+class _Run:
+    """What an RL run holds between steps: the policy and how it samples and learns."""
+    model: object
+    tokenizer: object
+    compute: object  # the forward's numerics context, the same for sampling and training
+    scaler: object  # fp16's loss scaler (a pass-through elsewhere)
+    generator: object
+    optimizer: object
+    scheduler: object
+    reference: object  # the KL term's SFT weights (rl.kl_coef > 0), else None
+    sft_iter: TaskCycle | None  # PPO-ptx's SFT rows, drawn in turn
+    encoded: dict  # those rows encoded, by record id
+    state: dict | None  # the checkpoint resumed from
+
+
+def _start_run(preset: Preset, out_dir: Path, adapter, resume: bool, generator_factory, sft_records) -> _Run:
+    """Seeds, the policy (from the checkpoint when resuming), its sampler, the optimizer, the KL
+    reference and the SFT rows: everything in the order a fixed seed reproduces."""
+    rl, seed = preset.rl, rl_seed(preset)
+    random.seed(seed)  # the same on every rank: they draw the same tasks, in the same order
+    torch.manual_seed(seed)  # the same LoRA initialisation on every rank ...
+    checkpoint = latest_rl_checkpoint(out_dir) if resume else None
+    state = torch.load(checkpoint / "state.pt", weights_only=False) if checkpoint else None
+    start_adapter = checkpoint / "adapter" if checkpoint else adapter
+    model, tokenizer = load_model(preset.model, adapter=start_adapter, trainable=True)
+    if distributed.world_size() > 1:  # ... but each rank samples its own rollouts
+        torch.manual_seed(seed + 1000 * distributed.rank())
+    compute = lambda: compute_context(model, preset.model)  # noqa: E731 - same numerics for sampling and training
+    generator = _sampler(preset, model, tokenizer, compute, generator_factory, start_adapter)
+    optimizer, scheduler = optim.build_optimizer([p for p in model.parameters() if p.requires_grad], rl)
+    reference = None
+    if rl.kl_coef > 0:  # the SFT adapter's weights: this run's start, or the checkpoint's copy of them
+        if state is not None and state.get("reference") is None:
+            raise ValueError("rl.kl_coef > 0, but the checkpoint was written without a KL reference; "
+                             "resume with the settings the run started with (rl.kl_coef=0)")
+        reference = ReferenceWeights(model, state["reference"] if state is not None else None)
+    encoded, sft_iter = {}, None
+    if rl.sft_coef > 0:
+        encoded = {rec.id: encode_example(tokenizer, record_messages(rec), rec.text, preset.sft.max_length,
+                                          mask_observations=preset.sft.mask_observations) for rec in sft_records}
+        # its own RNG: the control arm, which samples nothing, draws the rows the recipe draws
+        sft_iter = TaskCycle(list(sft_records), rng=random.Random(seed))
+    return _Run(model, tokenizer, compute, grad_scaler(model, preset.model), generator, optimizer, scheduler,
+                reference, sft_iter, encoded, state)
+
+
+def _sampler(preset: Preset, model, tokenizer, compute, generator_factory, adapter):
+    """Who samples the rollouts: a test's factory, vLLM (the adapter on disk, pushed after each
+    update), an int8 copy of the policy (rebuilt after every update; TIS corrects the loss), or
+    the policy itself (always the current weights)."""
+    if generator_factory is not None:
+        return generator_factory(model, tokenizer)
+    if resolve_backend(preset.gen.backend) in ("vllm", "vllm-server"):
+        return rl_sampler(preset, tokenizer, adapter)
+    if preset.rl.rollout_int8:
+        return Int8Rollouts(model, tokenizer, rollout_batch(preset.gen, model), which=preset.rl.rollout_int8)
+    return HFGenerator(model, tokenizer, rollout_batch(preset.gen, model), compute=compute)
+
+
+def _sft_batches(preset: Preset, run: _Run) -> list[list[dict]] | None:
+    """PPO-ptx's rows for one RL step: rl.sft_rows SFT trajectories per optimizer step."""
+    rl = preset.rl
+    if run.sft_iter is None:
+        return None
+    return [[run.encoded[next(run.sft_iter).id] for _ in range(rl.sft_rows)] for _ in range(rl.mini_batches)]
+
+
+def _rl_step(preset: Preset, run: _Run, step: int, pool_iter, anchor_iter, tools, sampled: list, seen: set,
+             pool_ids: set, out_dir: Path, main: bool) -> tuple[dict, list, dict]:
+    """One step: sample groups and score them, then the update. Returns (metrics row, the kept
+    groups, the progress bar's postfix). With rl.pg_coef = 0 (the SFT-only control) nothing is
+    sampled: the recipe's SFT steps on its rows."""
+    t0, rl, pad_id = time.time(), preset.rl, run.tokenizer.pad_token_id
+    if rl.pg_coef == 0:
+        row = {"step": step, "arm": "control",
+               **sft_only_update(run.model, run.optimizer, _sft_batches(preset, run), preset, pad_id, run.compute,
+                                 scaler=run.scaler, scheduler=run.scheduler)}
+        row["sample_seconds"] = 0.0
+        return row, [[]], {"sft_loss": f"{row['sft_loss']:.3f}"}  # one update made: the adapter is saved
+    groups, rewards, s = collect_batch(run.generator, pool_iter, tools, preset, anchor_iter)
+    sample_seconds = round(time.time() - t0, 1)
+    samples = s.pop("samples")
+    sampled += [_record(r, acc, shaped, step, len(sampled) + i) for i, (r, acc, shaped) in enumerate(samples)]
+    accuracy = _group_accuracy(groups, samples)
+    row = {**step_metrics(step, s, samples, groups, rewards, rl, accuracy), **_revisit(samples, seen, pool_ids)}
+    if groups:
+        row.update(policy_update(run.model, run.optimizer, groups, rewards, preset, pad_id, run.compute,
+                                 reference=run.reference, sft_batches=_sft_batches(preset, run), scaler=run.scaler,
+                                 scheduler=run.scheduler, accuracy=accuracy))
+        if run.scaler.is_enabled():  # fp16: a scale that keeps falling means overflowing steps, skipped
+            row["loss_scale"] = run.scaler.get_scale()
+        if hasattr(run.generator, "refresh"):  # the int8 copy: rebuilt from the new weights
+            run.generator.refresh()
+        if hasattr(run.generator, "set_adapter"):  # vLLM samples from the adapter on disk: push the new weights
+            push_adapter(run.generator, run.model, out_dir, step, main)
+        row["response_len_mean"] = sum(len(r.response_ids) for g in groups for r in g) / sum(len(g) for g in groups)
+    else:
+        row["skipped"] = "no group had a reward spread: nothing to learn from this batch"
+    row["sample_seconds"] = sample_seconds
+    return row, groups, {"acc": f"{row['accuracy']:.2f}", "kept": f"{len(groups)}/{s['sampled_groups']}"}
+
+
+def _save_step(preset: Preset, run: _Run, out_dir: Path, step: int, groups, sampled, pool_iter, anchor_iter, start,
+               main: bool) -> None:
+    """After every step, so an interrupted run keeps its latest policy and samples; a checkpoint
+    every rl.save_steps steps."""
+    adapter_dir = out_dir / "adapter"
+    if main:
+        save_records(sampled, out_dir / "rollouts.jsonl")  # every sampled trajectory, to inspect
+    if main and (groups or not (adapter_dir / "adapter_config.json").exists()):
+        run.model.save_pretrained(adapter_dir)
+        run.tokenizer.save_pretrained(adapter_dir)
+    save_steps, steps = preset.rl.save_steps, preset.rl.steps
+    if save_steps > 0 and ((step + 1) % save_steps == 0 or step + 1 == steps):
+        save_checkpoint(out_dir, run.model, run.optimizer, step, pool_iter, anchor_iter, len(sampled), run.reference,
+                        run.sft_iter, run.scheduler, start)
 
 
 def _group_accuracy(groups: list, samples: list) -> list[list[float]]:
@@ -270,8 +312,6 @@ def _revisit(samples: list, seen: set, pool_ids: set) -> dict:
 
 def step_metrics(step: int, s: dict, samples: list, groups: list, rewards: list, rl, accuracy=None) -> dict:
     """One RL step's row of metrics.jsonl, from collect_batch's counts `s` and its sampled rollouts."""
-    import torch
-
     return {
         "step": step,
         # the binary task reward (anchors included) and the shaped one the advantages are computed

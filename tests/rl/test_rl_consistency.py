@@ -161,7 +161,7 @@ def test_old_logprobs_are_the_pre_update_policys_values(policy, sampled, monkeyp
     groups, rewards = [sampled[:2], sampled[2:]], [[1.0, 0.0], [0.0, 1.0]]
     # mini-batch 0 trains group 0, mini-batch 1 group 1: group 1's old log-probs must be taken
     # BEFORE mini-batch 0's optimizer step moved the weights
-    monkeypatch.setattr(update, "_micro_batches", lambda groups_, n: [[[0, 1]], [[2, 3]]])
+    monkeypatch.setattr(update, "micro_batches", lambda groups_, n: [[[0, 1]], [[2, 3]]])
     seen = []
     real = dapo.dapo_token_loss
 

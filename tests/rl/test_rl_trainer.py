@@ -196,7 +196,7 @@ def test_packed_update_equals_padded_update(monkeypatch):
 
 
 def test_mini_batches_are_whole_groups_and_micro_batches_one_groups_rollouts():
-    from coa_lab.rl.update import MICRO_BATCH, _micro_batches
+    from coa_lab.rl.update_batch import MICRO_BATCH, micro_batches as _micro_batches
 
     groups = [["a"] * 4, ["b"] * 6, ["c"] * 4]  # rollout indices 0-3, 4-9, 10-13
     mbs = _micro_batches(groups, 2)
