@@ -92,11 +92,24 @@ def _read_given(out: Path, todo: dict, read) -> None:
         print(f"read {name}@{seed} ({path})")
 
 
+def _start_screening(base, start: Path) -> Path | None:
+    """RUN/rl/pool.json when it is the start's own screening of the candidates these arms draw:
+    the start is RUN/sft/adapter (an arm's adapter as the start holds its own start's screening,
+    another policy's) and rl.pool draws the same questions. Else None: the first arm screens anew."""
+    from coa_lab import pipeline
+
+    shared = start.resolve().parent.parent / "rl" / "pool.json"
+    if start.resolve().parent.name != "sft" or not shared.exists():
+        return None
+    candidates = pipeline.draw_tasks(base, base.rl.pool, "train", skip=base.capture.tasks)
+    return shared if set(json.loads(shared.read_text())["pass_rates"]) == {t.id for t in candidates} else None
+
+
 def _train_and_read(args, base, out: Path, start: Path, kept: Path, arms: dict, read, checkpoint) -> None:
     """Seed by seed, arm by arm: train what has no scores file, read it, rewrite the table."""
     pool = out / "pool.json"
-    shared = start.resolve().parent.parent / "rl" / "pool.json"
-    if not pool.exists() and shared.exists():  # the start run's own screening: every arm trains on it
+    shared = _start_screening(base, start)
+    if not pool.exists() and shared is not None:  # the start run's own screening: every arm trains on it
         pool.parent.mkdir(parents=True, exist_ok=True)
         pool.write_bytes(shared.read_bytes())
     for seed in args.seeds:

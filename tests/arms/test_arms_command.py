@@ -144,3 +144,25 @@ def test_another_reading_of_the_same_out_must_pair(run, fakes, capsys):
     assert _arms(run, "--seeds", "0") == 0
     assert _arms(run, "--seeds", "0", "--samples", "2") == 2
     assert "other settings" in capsys.readouterr().err
+
+
+def test_arms_from_an_arms_adapter_screen_their_own_pool(run, fakes):
+    """An arm's adapter as the start (a converged start: SFT extended by the control's steps)
+    holds its own start's screening, another policy's: the first arm from it screens anew."""
+    assert main(["arms", "--run", str(run), "--arm", "control", "--seeds", "0", "--samples", "0"]) == 0
+    extended = run / "arms" / "runs" / "control" / "seed0" / "rl" / "adapter"
+    assert (extended.parent / "pool.json").exists()  # the copy of the SFT start's screening
+    fakes.trained.clear()
+    out = run / "from_extended"
+    assert main(["arms", "--out", str(out), "--start", str(extended), "--preset", "cpu-smoke", "--arm", "rl",
+                 "--seeds", "0", "1", "--samples", "0", "--set", "rl.steps=2",
+                 "--set", 'eval.val_tasks={"math/arith": 6, "mhqa/lookup": 3}']) == 0
+    assert [reuse for _, _, reuse in fakes.trained] == [False, True]  # screened by the first, shared after
+
+
+def test_a_start_runs_screening_of_other_candidates_is_not_reused(run, fakes):
+    """RUN/rl/pool.json screened another rl.pool mix: the arms draw other questions, so they screen anew."""
+    (run / "rl").mkdir(exist_ok=True)
+    (run / "rl" / "pool.json").write_text(json.dumps({"pass_rates": {"not-a-candidate": 0.5}, "pool": []}))
+    assert _arms(run) == 0
+    assert fakes.trained[0][2] is False  # the first arm screened

@@ -1,0 +1,212 @@
+"""RL's own effect, measured from a converged start: `coa-lab arms` driven through the steps of the
+measurement, each resumable (every step keeps its outcomes on disk and skips what is done).
+
+Run (RUN holds distill/ and sft/adapter, e.g. the demo's run folder or bench_rl_seeds' SFT):
+    python -m benchmarks.bench_rl_effect converge --run RUN      # 1. SFT extended until it stops rising
+    python -m benchmarks.bench_rl_effect sweep --run RUN         # 2. the policy gradient's rate, one seed
+    python -m benchmarks.bench_rl_effect arms --run RUN --seeds 0 1 2 3 4   # 3. control, rft, rl, rl+ptx
+    python -m benchmarks.bench_rl_effect arms --run RUN --seeds 0 1 2 3 4 --split confirm --final
+    python -m benchmarks.bench_rl_effect publish --run RUN       # docs/results/rl_effect.json
+    python -m benchmarks.bench_rl_effect save-state --run RUN    # outcomes -> benchmarks/state/rl_effect
+
+Across sessions: `save-state` copies every stored outcome (scores, pools, tables; no weights) into
+benchmarks/state/rl_effect/, committed. A later session on another machine runs `converge` again
+(the start is rebuilt from the shipped capture: SFT, then the control's steps); `sweep` and `arms`
+then restore the saved outcomes into RUN/effect only when the rebuilt start's weights hash to the
+saved start's sha256 (the same adapter, so the outcomes pair), and otherwise start over from it.
+
+1. converge: the control arm (the SFT loss alone, RL's steps and rows, nothing sampled) from the SFT
+   adapter, then from its result, and so on, each read greedy on validation; the start is the first
+   adapter from which one more control run adds less than `--min-gain` (1 point). Why: a student
+   that is not converged gives more SFT easy points, and the arms must not be read against them.
+2. sweep: the policy gradient alone (`rl`) from that start at each `--rates`, seed 0, on one pool
+   screened once from ~200 candidates, read greedy and avg@4 / pass@4 at the sampling temperature.
+3. arms: control (more SFT), rft (SFT on the student's own correct rollouts of the same sampler
+   and pool), rl (the policy gradient alone, at the chosen rate), rl+ptx (the recipe at that rate),
+   over the seeds, paired against the start and against rft.
+Every arm shares BUDGET: ~1,400 rollouts a run (16 steps x 6 questions x 8 samples + 3 anchor
+groups a step), one optimizer step per sampled batch, a 2-step warm-up, advantages without the
+std division (Dr. GRPO: a lone success in a group of 4 was weighed +1.73 under std-normalisation).
+Hours on a 2-core CPU: run each step in the background and rerun it after any interruption.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.results import save
+from coa_lab.machine import machine_peak
+
+VAL = {"math/arith": 160, "mhqa/lookup": 64}  # the arms' validation tasks (rl_arms.json's 224)
+POOL = {"math/arith": 150, "mhqa/lookup": 50}  # ~200 candidates, screened once, shared by every arm
+BUDGET = [f"eval.val_tasks={json.dumps(VAL)}", f"rl.pool={json.dumps(POOL)}", "rl.steps=16",
+          "rl.prompts_per_step=6", "rl.group_size=8", "rl.mini_batches=1", "rl.warmup_steps=2",
+          "rl.advantage=dr_grpo"]
+# the converge step's control runs sample nothing: a token pool keeps their screening to seconds
+CHAIN = [f"eval.val_tasks={json.dumps(VAL)}", 'rl.pool={"math/arith": 2, "mhqa/lookup": 2}', "rl.pool_samples=2"]
+SFT_RATE = 1e-4  # the control's and RFT's rate: the SFT loss's, as the recipe's control ran it
+STATE = Path(__file__).resolve().parent / "state" / "rl_effect"  # committed outcomes, for the next session
+KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json")  # what a step's OUT holds besides weights
+
+
+def arms(out: Path, start: Path, arm_specs: list[str], seeds: list[int], sets: list[str], samples: int,
+         split: str = "val", final: bool = False, against: str | None = None) -> dict:
+    """One `coa-lab arms` call (resumes on its own); its arms.json."""
+    cmd = [sys.executable, "-m", "coa_lab.cli", "arms", "--out", str(out), "--start", str(start),
+           "--preset", "cpu-tiny", "--split", split, "--samples", str(samples), "--seeds", *map(str, seeds),
+           "--arm", *arm_specs] + [a for s in sets for a in ("--set", s)] + (["--final"] if final else []) + (["--against", against] if against else [])
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    return json.loads((out / "arms.json").read_text())
+
+
+def converge(run: Path, min_gain: float, max_links: int) -> dict:
+    """The control arm, link after link, until one more link adds < min_gain greedy."""
+    base = run / "effect" / "start"
+    state_file = base / "start.json"
+    start, links = run / "sft" / "adapter", []
+    for k in range(max_links):
+        out = base / f"link{k}"
+        table = arms(out, start, ["control"], [0], CHAIN, samples=0)  # the built-in: the preset's SFT mix alone
+        block = table["arms"]["control"]["greedy"]
+        links.append({"start": str(start), "start_greedy": table["sft"]["greedy"], "gain": block["mean"],
+                      "ci95": block["ci95"], "won": block["won"][0], "lost": block["lost"][0]})
+        print(f"link {k}: start {table['sft']['greedy']:.3f}, one more control run {100 * block['mean']:+.1f} "
+              f"[{100 * block['ci95'][0]:+.1f}, {100 * block['ci95'][1]:+.1f}]", flush=True)
+        if block["mean"] < min_gain:
+            break
+        start = out / "runs" / "control" / "seed0" / "rl" / "adapter"
+    state = {"start": str(start), "converged": links[-1]["gain"] < min_gain, "min_gain": min_gain,
+             "rule": "the first adapter from which one more control run (rl.pg_coef=0: the SFT loss on 8 rows "
+                     "a step, 8 steps x 2 mini-batches at lr 1e-4) adds less than min_gain greedy on validation",
+             "links": links}
+    state_file.write_text(json.dumps(state, indent=1))
+    return state
+
+
+def _start(run: Path) -> Path:
+    state = run / "effect" / "start" / "start.json"
+    if not state.exists():
+        raise SystemExit(f"{state} is missing: run `converge` first")
+    return Path(json.loads(state.read_text())["start"])
+
+
+def sha256(adapter: Path) -> str:
+    return hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
+
+
+def save_state(run: Path) -> None:
+    """Every outcome under RUN/effect (no weights) into STATE, with the start's sha256."""
+    effect = run / "effect"
+    for pattern in KEPT + ("start/start.json",):
+        for f in effect.rglob(pattern.split("/")[-1]):
+            rel = f.relative_to(effect)
+            if "runs" in rel.parts or not f.match(pattern):
+                continue
+            (STATE / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, STATE / rel)
+    (STATE / "start_sha256").write_text(sha256(_start(run)) + "\n")
+    print(f"saved the outcomes under {effect} to {STATE}")
+
+
+def restore(run: Path, step: str) -> None:
+    """Saved outcomes of `step` (sweep, val, confirm) into RUN/effect/<step>, when the start is the same adapter."""
+    saved, out = STATE / step, run / "effect" / step
+    if not saved.exists() or out.exists():
+        return
+    want = (STATE / "start_sha256").read_text().strip()
+    if sha256(_start(run)) != want:
+        print(f"the rebuilt start is not the saved one (sha256 {want[:12]}): {step} starts over from it")
+        return
+    shutil.copytree(saved, out)
+    settings = out / "settings.json"  # the same adapter at this machine's path: its outcomes pair
+    if settings.exists():
+        settings.write_text(json.dumps({**json.loads(settings.read_text()), "start": str(_start(run).resolve())}, indent=1))
+    print(f"restored {step}'s saved outcomes from {saved}")
+
+
+def rl_arm(name: str, rate: float, ptx: bool = False) -> str:
+    return f"{name}=rl.learning_rate={rate},rl.sft_coef={1.0 if ptx else 0.0}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("step", choices=["converge", "sweep", "arms", "publish", "save-state"])
+    ap.add_argument("--run", type=Path, required=True)
+    ap.add_argument("--min-gain", type=float, default=0.01)
+    ap.add_argument("--max-links", type=int, default=5)
+    ap.add_argument("--rates", type=float, nargs="+", default=[1e-5, 2e-5, 5e-5])
+    ap.add_argument("--rate", type=float, default=None, help="arms: the policy gradient's rate (from sweep)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--split", default="val", choices=["val", "confirm"])
+    ap.add_argument("--final", action="store_true")
+    args = ap.parse_args(argv)
+    if args.step == "converge":
+        converge(args.run, args.min_gain, args.max_links)
+    elif args.step == "save-state":
+        save_state(args.run)
+    elif args.step == "sweep":
+        restore(args.run, "sweep")
+        arms(args.run / "effect" / "sweep", _start(args.run), [rl_arm(f"rl_lr{r:g}", r) for r in args.rates],
+             [0], BUDGET, samples=4)
+    elif args.step == "arms":
+        if args.rate is None:
+            raise SystemExit("give --rate: the policy gradient's rate the sweep chose on validation")
+        restore(args.run, args.split)
+        specs = [f"control=rl.pg_coef=0,rl.sft_coef=1.0,rl.learning_rate={SFT_RATE}",
+                 f"rft=rl.advantage=rft,rl.sft_coef=0.0,rl.learning_rate={SFT_RATE}",
+                 rl_arm("rl", args.rate), rl_arm("rl+ptx", args.rate, ptx=True)]
+        arms(args.run / "effect" / args.split, _start(args.run), specs, args.seeds, BUDGET, samples=4,
+             split=args.split, final=args.final, against="rft")
+    else:
+        publish(args.run)
+    return 0
+
+
+def _arm_block(row: dict) -> dict:
+    keep = ("gains", "paired_se", "mean", "ci95", "won", "lost")
+    return {"seeds": row["seeds"], "overrides": row.get("overrides"), "by_family": row.get("by_family"),
+            **{m: {k: row[m][k] for k in keep} for m in ("greedy", "avg_at_4", "pass_at_4") if m in row}}
+
+
+def publish(run: Path) -> None:
+    """docs/results/rl_effect.json from the stored outcomes: validation, and confirmation if read."""
+    start = json.loads((run / "effect" / "start" / "start.json").read_text())
+    sweep = run / "effect" / "sweep" / "arms.json"
+    out: dict = {"start": start, "budget": BUDGET, "sft_rate": SFT_RATE,
+                 "complete": (run / "effect" / "confirm" / "arms.json").exists()}
+    step1 = run / "effect" / "step1" / "arms.json"
+    if step1.exists():  # the sampled readout beside greedy, at the SFT adapter, with the old recipe's control
+        s1 = json.loads(step1.read_text())
+        out["step1"] = {"split": s1["split"], "tasks": s1["tasks"], "start": "RUN/sft/adapter",
+                        "sft": {m: s1["sft"][m] for m in s1["metrics"]}, "sft_by_family": s1["sft"]["by_family"],
+                        "arms": {a: _arm_block(r) for a, r in s1["arms"].items()}}
+    if sweep.exists():
+        s = json.loads(sweep.read_text())
+        out["sweep"] = {"split": s["split"], "tasks": s["tasks"], "sft": {m: s["sft"][m] for m in s["metrics"]},
+                        "sft_by_family": s["sft"]["by_family"],
+                        "arms": {a: _arm_block(r) for a, r in s["arms"].items()}}
+    for split in ("val", "confirm"):
+        f = run / "effect" / split / "arms.json"
+        if not f.exists():
+            continue
+        t = json.loads(f.read_text())
+        block = {"split": split, "tasks": t["tasks"], "task_ids": t["task_ids"], "seeds": t["seeds"],
+                 "sft": {m: t["sft"][m] for m in t["metrics"]},
+                 "arms": {a: _arm_block(r) for a, r in t["arms"].items()}}
+        for name, diff in t.items():
+            if "_minus_" in name and isinstance(diff, dict):
+                block[name] = {"seeds": diff["seeds"], **{m: {k: diff[m][k] for k in
+                               ("gains", "paired_se", "mean", "ci95", "won", "lost")} for m in t["metrics"]}}
+        out[split] = block
+    save("rl_effect", {**out, "machine": machine_peak()})
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""benchmarks/bench_rl_effect.py's bookkeeping, with `coa-lab arms` stood in: the converged start
+is the first adapter one more control run no longer improves, and saved outcomes come back only
+for the same start adapter (its weights' sha256)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import import_benchmark
+
+
+@pytest.fixture
+def bench(tmp_path, monkeypatch):
+    b = import_benchmark("bench_rl_effect")
+    monkeypatch.setattr(b, "STATE", tmp_path / "state")
+    return b
+
+
+def _adapter(path: Path, weights: bytes) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "adapter_model.safetensors").write_bytes(weights)
+    return path
+
+
+def _fake_arms(gains: list[float], calls: list):
+    """`arms` as the converge step calls it: link k's control gains gains[k] over its start."""
+    def arms(out, start, specs, seeds, sets, samples, **_):
+        k = len(calls)
+        calls.append((Path(start), specs, samples))
+        _adapter(out / "runs" / "control" / "seed0" / "rl" / "adapter", f"link{k}".encode())
+        block = {"mean": gains[k], "ci95": [gains[k] - 0.03, gains[k] + 0.03], "won": [3], "lost": [1]}
+        return {"sft": {"greedy": 0.7 + sum(gains[:k])}, "arms": {"control": {"greedy": block}}}
+    return arms
+
+
+def test_converge_stops_at_the_first_start_more_control_does_not_improve(bench, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    _adapter(run / "sft" / "adapter", b"sft")
+    calls = []
+    monkeypatch.setattr(bench, "arms", _fake_arms([0.04, 0.02, 0.004, 0.0], calls))
+    state = bench.converge(run, min_gain=0.01, max_links=5)
+    assert len(calls) == 3 and all(specs == ["control"] and samples == 0 for _, specs, samples in calls)
+    assert calls[0][0] == run / "sft" / "adapter"
+    assert calls[2][0] == run / "effect" / "start" / "link1" / "runs" / "control" / "seed0" / "rl" / "adapter"
+    assert Path(state["start"]) == calls[2][0] and state["converged"]  # link 2's start: link 1's result
+    assert [round(x["gain"], 3) for x in state["links"]] == [0.04, 0.02, 0.004]
+    assert json.loads((run / "effect" / "start" / "start.json").read_text()) == state
+
+
+def test_converge_says_when_it_ran_out_of_links(bench, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    _adapter(run / "sft" / "adapter", b"sft")
+    monkeypatch.setattr(bench, "arms", _fake_arms([0.05, 0.05, 0.05], []))
+    assert bench.converge(run, min_gain=0.01, max_links=2)["converged"] is False
+
+
+def _with_start(run: Path, weights: bytes) -> None:
+    start = _adapter(run / "effect" / "start" / "link0" / "runs" / "control" / "seed0" / "rl" / "adapter", weights)
+    (run / "effect" / "start" / "start.json").write_text(json.dumps({"start": str(start)}))
+
+
+def test_saved_outcomes_return_only_for_the_same_start(bench, tmp_path):
+    first = tmp_path / "first"
+    _with_start(first, b"start")
+    sweep = first / "effect" / "sweep"
+    (sweep / "scores").mkdir(parents=True)
+    (sweep / "scores" / "sft.json").write_text('{"greedy": {}}')
+    (sweep / "settings.json").write_text(json.dumps({"start": "/elsewhere", "samples": 4}))
+    (sweep / "runs" / "rl" / "seed0").mkdir(parents=True)
+    (sweep / "runs" / "rl" / "seed0" / "big.json").write_text("{}")  # a run folder's file: not an outcome
+    bench.save_state(first)
+    assert (bench.STATE / "sweep" / "scores" / "sft.json").exists() and not (bench.STATE / "sweep" / "runs").exists()
+
+    same = tmp_path / "same"
+    _with_start(same, b"start")
+    bench.restore(same, "sweep")
+    assert (same / "effect" / "sweep" / "scores" / "sft.json").exists()
+    settings = json.loads((same / "effect" / "sweep" / "settings.json").read_text())
+    assert settings == {"start": str(bench._start(same).resolve()), "samples": 4}  # pairs with this machine's path
+
+    other = tmp_path / "other"
+    _with_start(other, b"another machine's weights")
+    bench.restore(other, "sweep")
+    assert not (other / "effect" / "sweep").exists()  # its outcomes would not pair: start over
