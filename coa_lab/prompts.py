@@ -33,7 +33,7 @@ EXAMPLES = {
         "<think>what the output means</think>\n"
         "<answer>\\boxed{number}</answer>"
     ),
-    # The web agent's verification loop (paper-facts.md): a suggested answer is always
+    # The web agent's verification loop (arXiv 2508.13167): a suggested answer is always
     # double-checked before it becomes the answer.
     "web": (
         "<think>what I need to find</think>\n"

@@ -25,7 +25,7 @@ OBSERVATION = "observation"
 # Built-in tools; a custom ToolRegistry passes its own names to parse()/stop_strings().
 DEFAULT_TOOLS = ("code", "wiki_search", "web_search", "crawl_page")
 
-# Tools each agent profile is prompted with (paper-facts.md: MHQA, web, code/math agents).
+# Tools each agent profile is prompted with (arXiv 2508.13167: the MHQA, web and code/math agents).
 PROFILE_TOOLS = {
     "mhqa": ("wiki_search",),
     "math": ("code",),
@@ -275,8 +275,8 @@ def final_answer(text: str) -> str | None:
 
 _START = "<start>"
 _TOOL = "<tool>"
-# Which block may follow which, per agent profile (paper-facts.md, "Grammar the prompts
-# impose"). Tool blocks are folded into _TOOL; the profile's tool list says which tools.
+# Which block may follow which, per agent profile: the grammar the paper's prompts impose (arXiv
+# 2508.13167). Tool blocks are folded into _TOOL; the profile's tool list says which tools.
 GRAMMAR: dict[str, dict[str, set[str]]] = {
     "mhqa": {
         _START: {"think", "plan"},

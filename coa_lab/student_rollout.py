@@ -11,10 +11,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from coa_lab import protocol
+from coa_lab import distributed, protocol
 from coa_lab.config import GenerationConfig
 from coa_lab.generation.chat_prompt import chat_prompt_ids
+from coa_lab.progress import progress_bar
 from coa_lab.prompts import task_messages
+from coa_lab.tools.base import Observation, error_observation
 
 ALREADY_SEARCHED = "You already made this exact call; its result is above. Try something different."
 
@@ -55,8 +57,6 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
     tools: a ToolRegistry; each task's profile decides which of its tools are announced.
     progress: a label for a tqdm bar over finished rollouts (None: no bar).
     """
-    from coa_lab.progress import progress_bar
-
     tok = generator.tokenizer
     rollouts: list[Rollout] = []
     for task in tasks:
@@ -175,8 +175,6 @@ def _run_tools(tools, pending, seen_calls, timeout_s: float = 60.0):
     the start: a call still running then becomes an error observation and is abandoned (a
     daemon thread cannot keep the process alive, and no pool slot stays taken by it). Tools
     never raise (Tool.__call__ shields them), so a thread only ever stores an Observation."""
-    from coa_lab.tools.base import Observation, error_observation
-
     results: list[Observation | None] = [None] * len(pending)
     threads = []
     names = tools.names()
@@ -211,8 +209,6 @@ def run_coa_across_ranks(generator, tasks: list, tools, cfg: GenerationConfig, s
     (coa_lab/distributed.py): each rank rolls out and runs the tools for its contiguous share,
     and every rank gets all the rollouts back, in the order `run_coa` returns them. One rank:
     exactly `run_coa`."""
-    from coa_lab import distributed
-
     if distributed.world_size() <= 1:
         return run_coa(generator, tasks, tools, cfg, samples=samples, temperature=temperature, progress=progress)
     rows = [task for task in tasks for _ in range(samples)]

@@ -13,7 +13,8 @@ uses (0-199), and a subject never appears in both train and held-out. The held-o
 once one eval file, and the lab tuned on it: the cpu-tiny demo drew 16 look-ups from it
 (``random.Random(0).shuffle(tasks); tasks[:16]``). So they are split, keeping their order:
 
-- test: held-out rows from 2Wiki rows 100-199, minus those 16 tuned-on tasks; never tuned on.
+- test: held-out rows from 2Wiki rows 100-199, minus those 16 tuned-on tasks; not tuned on when
+  split off (later RL benchmarks read part of it: the selection split, datasets/heldout_splits.json).
 - val: every other held-out row (rows 0-99 and the 16); every tuning decision is made here.
 
 Not used at run time:
@@ -111,7 +112,7 @@ ROWS = {  # SOURCE.json: which 2Wiki rows each file comes from, and what it is f
             f"{EVAL_ROWS - 1} minus the {TUNED_ROWS} the cpu-tiny demo tuned on",
 }
 ROLES = {"train": "", "val": "; every tuning decision is made on val",
-         "test": "; split off after tuning, never tuned on"}
+         "test": "; made after tuning; part of it was read since to choose RL settings (the selection split), the rest is the unread confirmation split (datasets/heldout_splits.json)"}
 
 
 def main(folder: Path = HERE / "mhqa" / "lookup") -> None:

@@ -29,6 +29,9 @@ from pathlib import Path
 
 from coa_lab.capture.teacher import TeacherRun, run_teacher
 from coa_lab.config import Preset
+from coa_lab.generation.llm import make_generator
+from coa_lab.generation.openai_backend import OpenAIChatBackend
+from coa_lab.progress import progress_bar
 
 
 class CaptureError(RuntimeError):
@@ -130,8 +133,6 @@ def capture_runs(backend, tasks: list, tools, preset: Preset, path: str | Path, 
     resume=False starts the file afresh. Runs already in the file for tasks not in `tasks` are
     kept (nothing is lost) and returned with the rest. Raises AuthError (the key was rejected) after keeping
     every run finished so far; any other backend failure is a recorded failed run."""
-    from coa_lab.progress import progress_bar
-
     cfg, observation_chars = preset.capture, preset.gen.observation_chars
     teacher = teacher or teacher_name(preset)
     t0 = time.time()
@@ -192,9 +193,6 @@ def capture_runs(backend, tasks: list, tools, preset: Preset, path: str | Path, 
 def make_teacher(preset):
     """The preset's teacher backend: a remote OpenAI-compatible endpoint when
     `capture.teacher_url` is set, else a local model (the preset's or `capture.teacher_model`)."""
-    from coa_lab.generation.llm import make_generator
-    from coa_lab.generation.openai_backend import OpenAIChatBackend
-
     c = preset.capture
     if c.teacher_url:
         if not c.teacher_model:

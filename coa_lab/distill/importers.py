@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coa_lab.protocol import ROLE_TAGS, DEFAULT_TOOLS, OBSERVATION, block, wrap_observation
+from coa_lab.protocol import DEFAULT_TOOLS, OBSERVATION, ROLE_TAGS, block, wrap_observation
 from coa_lab.tasks.scorers import last_boxed, normalize_answer
+from coa_lab.trajectories import TrajectoryRecord
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,6 @@ class ImportedTrajectory:
 
     def to_record(self):
         """As a :class:`coa_lab.trajectories.TrajectoryRecord` for the distill filters."""
-        from coa_lab.trajectories import TrajectoryRecord
-
         return TrajectoryRecord(id=f"{self.source}:{self.task_id}", task_id=self.task_id, source=self.source,
                                 profile=self.profile, question=self.question, answers=list(self.gold),
                                 text=self.text, n_tool_calls=self.text.count("<observation>"),

@@ -24,7 +24,7 @@ def resolve_backend(backend: str) -> str:
         return backend
     if importlib.util.find_spec("vllm") is None:
         return "hf"
-    import torch
+    import torch  # late: `coa-lab plan` imports this module and runs without torch
 
     return "vllm" if torch.cuda.is_available() else "hf"
 

@@ -11,6 +11,8 @@ masks are still built the sdpa way; GPU models keep transformers' default.
 
 from __future__ import annotations
 
+# torch and transformers are imported inside the functions: generation/models.py imports this
+# module, and `coa-lab --help` and `coa-lab plan` import that without them
 NAME = "coa_sdpa_gqa"
 
 

@@ -29,10 +29,18 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Sequence
 
+import torch
+
+from coa_lab.generation.kv_cache import GrowingCache
 from coa_lab.generation.lora_merge import lora_merged as _lora_merged
+from coa_lab.generation.models import hold_frozen_linears
 from coa_lab.generation.result import Generation
+
+# transformers and kv_cache (built on it) are imported inside the functions that use them: the pipeline
+# imports this module (llm -> hf_generator) for stages that never decode, and transformers costs ~1 s
 
 
 @dataclass
@@ -59,8 +67,6 @@ def _sample(logits, temperature: float, top_p: float):
     The distribution is softmax(logits / temperature), cut to the top-p nucleus and renormalised:
     exactly what RL's trainer must score (training/logprobs.token_logprobs divides by the same
     temperature). Logged per step, the gap between the two is verl's `rollout_probs_diff_mean`."""
-    import torch
-
     if temperature <= 0:
         return logits.argmax(-1), None, None
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, V]
@@ -86,10 +92,6 @@ def frozen_linears_in_autocast_dtype(model):
     (generation/models.hold_frozen_linears: the very values autocast would cast them to, so the
     tokens and log-probs are bit-identical, tested); the fp32 tensors are back on exit. Entered
     after any LoRA merge, which stays fp32 and exact. Yields how many tensors it holds."""
-    import torch
-
-    from coa_lab.generation.models import hold_frozen_linears
-
     device = next(model.parameters()).device.type
     if not torch.is_autocast_enabled(device):
         yield 0
@@ -107,22 +109,10 @@ def _stop_hit(tokenizer, turn: list[int], stops: Sequence[str], longest: int) ->
     return any(s in tail for s in stops)
 
 
-def decode(
-    model,
-    tokenizer,
-    prompts: list[list[int]],
-    on_turn_end: TurnEnd,
-    *,
-    max_new_tokens: int,
-    max_response_tokens: int | None = None,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    stop: Sequence[str] = (),
-    batch_size: int = 64,
-    compute=None,
-    prefix_cache=None,
-    stats: dict | None = None,
-) -> None:
+def decode(model, tokenizer, prompts: list[list[int]], on_turn_end: TurnEnd, *, max_new_tokens: int,
+           max_response_tokens: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
+           stop: Sequence[str] = (), batch_size: int = 64, compute=None, prefix_cache=None,
+           stats: dict | None = None) -> None:
     """Decode every prompt, turn after turn, until `on_turn_end` finishes it.
 
     max_new_tokens: per turn; max_response_tokens: per row over all turns, forced tokens
@@ -130,10 +120,6 @@ def decode(
     prefix_cache: a coa_lab.generation.prefix_cache.PrefixCache kept across calls (frozen weights only);
     stats: counters of prompt tokens sent and prompt tokens actually prefilled, incremented.
     """
-    import torch
-
-    from coa_lab.generation.kv_cache import GrowingCache
-
     budget = max_response_tokens if max_response_tokens is not None else 10**9
     was_training = model.training
     model.eval()
@@ -216,27 +202,27 @@ def shared_prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED_
     return min(candidates, key=cost)
 
 
+def _left_pad(seqs, pad: int, device):
+    """Token ids and attention mask [rows, longest], each row right-aligned after `pad` tokens."""
+    width = max(len(x) for x in seqs)
+    ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in seqs], device=device, dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in seqs], device=device, dtype=torch.long)
+    return ids, mask
+
+
+def _count(stats: dict | None, key: str, n: int) -> None:
+    if stats is not None:
+        stats[key] = stats.get(key, 0) + n
+
+
 def _prefill(model, prompts, pad, device, prefix_cache=None, stats=None):
     """Prefill a chunk; rows sharing a prefix compute it once, and a prefix an earlier call
     computed (coa_lab/generation/prefix_cache.py, when given) is not computed at all. Returns (cache,
     mask, logits of each row's last token, each row's next position).
     stats: {"prompt_tokens_sent", "prompt_tokens_prefilled"} counters, incremented."""
-    import torch
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # late: see the imports above
 
-    from coa_lab.generation.kv_cache import GrowingCache
-
-    def left_pad(seqs):
-        width = max(len(x) for x in seqs)
-        ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in seqs], device=device, dtype=torch.long)
-        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in seqs], device=device, dtype=torch.long)
-        return ids, mask
-
-    def count(key, n):
-        if stats is not None:
-            stats[key] = stats.get(key, 0) + n
-
-    count("prompt_tokens_sent", sum(len(p) for p in prompts))
+    _count(stats, "prompt_tokens_sent", sum(len(p) for p in prompts))
     cache = GrowingCache() if GrowingCache.fits(model) else DynamicCache()
     if prefix_cache is not None and isinstance(cache, GrowingCache):
         prefix_cache.check(model)  # weights moved since the entries were computed: they go
@@ -247,14 +233,31 @@ def _prefill(model, prompts, pad, device, prefix_cache=None, stats=None):
     if plain and prefix_cache is not None and any(prefix_cache.lookup(p[:-1])[0] for p in prompts):
         groups, plain = [(1, len(p) - 1) for p in prompts], False  # each row its own group: its prefix is cached
     if plain:
-        ids, mask = left_pad(prompts)
-        count("prompt_tokens_prefilled", sum(len(p) for p in prompts))
+        ids, mask = _left_pad(prompts, pad, device)
+        _count(stats, "prompt_tokens_prefilled", sum(len(p) for p in prompts))
         out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
                     past_key_values=cache, use_cache=True, logits_to_keep=1)
         return cache, mask, out.logits[:, -1], mask.sum(-1)
-    # 1) every group's shared prefix once (a row of its own): the part an earlier call left in
-    # prefix_cache is copied in, the rest computed on top; 2) the cache rows copied to the
+    # 1) every group's shared prefix once (a row of its own); 2) the cache rows copied to the
     # group's members; 3) each member's own suffix on top, at positions after its prefix
+    pre_mask = _prefill_shared_prefixes(model, prompts, groups, cache, pad, device, prefix_cache, stats)
+    member_of = torch.tensor([g for g, (size, _) in enumerate(groups) for _ in range(size)], device=device)
+    shared_len = torch.tensor([shared for size, shared in groups for _ in range(size)], device=device)
+    cache.batch_select_indices(member_of)
+    pre_mask = pre_mask[member_of]
+    suffixes = [p[int(n):] for p, n in zip(prompts, shared_len.tolist())]
+    suf_ids, suf_mask = _left_pad(suffixes, pad, device)
+    _count(stats, "prompt_tokens_prefilled", sum(len(x) for x in suffixes))
+    position = shared_len[:, None] + (suf_mask.cumsum(-1) - 1).clamp(min=0)
+    mask = torch.cat([pre_mask, suf_mask], dim=-1)
+    out = model(input_ids=suf_ids, attention_mask=mask, position_ids=position,
+                past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return cache, mask, out.logits[:, -1], mask.sum(-1)
+
+
+def _prefill_shared_prefixes(model, prompts, groups, cache, pad, device, prefix_cache, stats):
+    """Every group's shared prefix into `cache` once, a row per group: the part an earlier call
+    left in prefix_cache is copied in, the rest computed on top. Returns those rows' mask."""
     starts = [sum(size for size, _ in groups[:g]) for g in range(len(groups))]
     prefixes = [prompts[start][:shared] for start, (_, shared) in zip(starts, groups)]
     hits = [prefix_cache.lookup(x) if prefix_cache is not None else (0, None) for x in prefixes]
@@ -275,8 +278,8 @@ def _prefill(model, prompts, pad, device, prefix_cache=None, stats=None):
             cache.update(keys, values, layer)
     rest = [x[m:] for x, (m, _) in zip(prefixes, hits)]
     if any(rest):
-        rest_ids, rest_mask = left_pad(rest)
-        count("prompt_tokens_prefilled", sum(len(x) for x in rest))
+        rest_ids, rest_mask = _left_pad(rest, pad, device)
+        _count(stats, "prompt_tokens_prefilled", sum(len(x) for x in rest))
         done = torch.tensor([m for m, _ in hits], device=device)
         pre_mask = torch.cat([pre_mask, rest_mask], dim=-1)
         model(input_ids=rest_ids, attention_mask=pre_mask, position_ids=done[:, None] + (rest_mask.cumsum(-1) - 1).clamp(min=0),
@@ -289,18 +292,7 @@ def _prefill(model, prompts, pad, device, prefix_cache=None, stats=None):
                 cols = pre_mask[g].nonzero().flatten()
                 prefix_cache.store(x, [(lay.keys[g:g + 1, :, cols].clone(), lay.values[g:g + 1, :, cols].clone())
                                        for lay in cache.layers])
-    member_of = torch.tensor([g for g, (size, _) in enumerate(groups) for _ in range(size)], device=device)
-    shared_len = torch.tensor([shared for size, shared in groups for _ in range(size)], device=device)
-    cache.batch_select_indices(member_of)
-    pre_mask = pre_mask[member_of]
-    suffixes = [p[int(n):] for p, n in zip(prompts, shared_len.tolist())]
-    suf_ids, suf_mask = left_pad(suffixes)
-    count("prompt_tokens_prefilled", sum(len(x) for x in suffixes))
-    position = shared_len[:, None] + (suf_mask.cumsum(-1) - 1).clamp(min=0)
-    mask = torch.cat([pre_mask, suf_mask], dim=-1)
-    out = model(input_ids=suf_ids, attention_mask=mask, position_ids=position,
-                past_key_values=cache, use_cache=True, logits_to_keep=1)
-    return cache, mask, out.logits[:, -1], mask.sum(-1)
+    return pre_mask
 
 
 CONTINUOUS = True  # refill freed slots with waiting prompts (False: the equal chunks of before; a benchmark arm)
@@ -320,14 +312,10 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
     """Decode `prompts` (rows `indices` of the caller's list) to the end; with `waiting` (a deque
     of (index, prompt)) and `slots`, waiting prompts are prefilled on their own and join the
     batch as rows leave it (own cache only: GrowingCache.admit)."""
-    import torch
-
-    from coa_lab.generation.kv_cache import GrowingCache
-
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    eos = tokenizer.eos_token_id
     longest = max((len(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in stops), default=0)
+    ends_turn = partial(_turn_finish, tokenizer, tokenizer.eos_token_id, stops, longest, max_new_tokens, budget)
     waiting = waiting if waiting is not None else deque()
     slots = slots or len(prompts)
 
@@ -335,55 +323,9 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
     rows = [_Row(i, len(p)) for i, p in zip(indices, prompts)]
 
     while rows:
-        sampled, chosen_lp, entropy = _sample(logits, temperature, top_p)
-        sampled = sampled.tolist()
-        chosen_lp = chosen_lp.tolist() if chosen_lp is not None else None
-        entropy = entropy.tolist() if entropy is not None else None
-        feed: list[int] = []
-        ended: list[tuple[int, Generation]] = []  # (slot, generation)
-        for slot, row in enumerate(rows):
-            if row.forced:
-                feed.append(row.forced.popleft())
-                row.response_len += 1
-                continue
-            token = sampled[slot]
-            row.turn.append(token)
-            if chosen_lp is not None:
-                row.turn_logprobs.append(chosen_lp[slot])
-                row.turn_entropies.append(entropy[slot])
-            row.response_len += 1
-            feed.append(token)
-            finish = None
-            if token == eos:
-                finish = "eos"
-            elif _stop_hit(tokenizer, row.turn, stops, longest):
-                finish = "stop"
-            elif len(row.turn) >= max_new_tokens or row.response_len >= budget:
-                finish = "length"
-            if finish:
-                gen = Generation(row.turn, tokenizer.decode(row.turn, skip_special_tokens=False), finish,
-                                 row.prompt_len + row.response_len - len(row.turn),
-                                 logprobs=row.turn_logprobs if chosen_lp is not None else None,
-                                 entropies=row.turn_entropies if chosen_lp is not None else None)
-                ended.append((slot, gen))
-        keep = list(range(len(rows)))
-        if ended:
-            replies = on_turn_end([(rows[slot].index, gen) for slot, gen in ended])
-            if len(replies) != len(ended):
-                raise ValueError(f"on_turn_end returned {len(replies)} replies for {len(ended)} ended turns")
-            done = set()
-            for (slot, _), reply in zip(ended, replies):
-                row = rows[slot]
-                row.turn, row.turn_logprobs, row.turn_entropies = [], [], []
-                room = budget - row.response_len
-                if reply is None or room <= 0:
-                    done.add(slot)
-                else:
-                    row.forced.extend(reply[:room])
-                    # an empty observation would leave the row waiting on nothing
-                    if not row.forced:
-                        done.add(slot)
-            keep = [s for s in keep if s not in done]
+        feed, ended = _next_tokens(rows, logits, temperature, top_p, tokenizer, ends_turn)
+        done = _answer_turn_ends(rows, ended, on_turn_end, budget)
+        keep = [s for s in range(len(rows)) if s not in done]
         if not keep and not waiting:
             return
         if not keep:  # every row ended: the waiting prompts start afresh
@@ -426,3 +368,67 @@ def _decode_chunk(model, tokenizer, prompts, indices, on_turn_end, max_new_token
             else:
                 cache, mask, logits, next_pos = new_cache, new_mask, new_logits, new_pos
             rows += [_Row(i, len(p)) for i, p in joining]
+
+
+def _turn_finish(tokenizer, eos, stops, longest, max_new_tokens, budget, row: _Row, token: int) -> str | None:
+    """Why the sampled `token` ends its row's turn ("eos", "stop", "length"), or None."""
+    if token == eos:
+        return "eos"
+    if _stop_hit(tokenizer, row.turn, stops, longest):
+        return "stop"
+    if len(row.turn) >= max_new_tokens or row.response_len >= budget:
+        return "length"
+    return None
+
+
+def _next_tokens(rows: list[_Row], logits, temperature: float, top_p: float, tokenizer, ends_turn):
+    """Every live row's next token: its next forced one, else one sampled from its last logits.
+    Returns (the tokens to feed, [(slot, Generation)] of each turn a sampled token ended)."""
+    sampled, chosen_lp, entropy = _sample(logits, temperature, top_p)
+    sampled = sampled.tolist()
+    chosen_lp = chosen_lp.tolist() if chosen_lp is not None else None
+    entropy = entropy.tolist() if entropy is not None else None
+    feed: list[int] = []
+    ended: list[tuple[int, Generation]] = []
+    for slot, row in enumerate(rows):
+        if row.forced:
+            feed.append(row.forced.popleft())
+            row.response_len += 1
+            continue
+        token = sampled[slot]
+        row.turn.append(token)
+        if chosen_lp is not None:
+            row.turn_logprobs.append(chosen_lp[slot])
+            row.turn_entropies.append(entropy[slot])
+        row.response_len += 1
+        feed.append(token)
+        finish = ends_turn(row, token)
+        if finish:
+            gen = Generation(row.turn, tokenizer.decode(row.turn, skip_special_tokens=False), finish,
+                             row.prompt_len + row.response_len - len(row.turn),
+                             logprobs=row.turn_logprobs if chosen_lp is not None else None,
+                             entropies=row.turn_entropies if chosen_lp is not None else None)
+            ended.append((slot, gen))
+    return feed, ended
+
+
+def _answer_turn_ends(rows: list[_Row], ended, on_turn_end: TurnEnd, budget: int) -> set[int]:
+    """Ask `on_turn_end` what follows the turns that ended, queue the tokens it forces (within the
+    row's budget) and start each row's next turn. Returns the slots of the rows that are done."""
+    if not ended:
+        return set()
+    replies = on_turn_end([(rows[slot].index, gen) for slot, gen in ended])
+    if len(replies) != len(ended):
+        raise ValueError(f"on_turn_end returned {len(replies)} replies for {len(ended)} ended turns")
+    done = set()
+    for (slot, _), reply in zip(ended, replies):
+        row = rows[slot]
+        row.turn, row.turn_logprobs, row.turn_entropies = [], [], []  # new lists: the Generation keeps the old
+        room = budget - row.response_len
+        if reply is None or room <= 0:
+            done.add(slot)
+        else:
+            row.forced.extend(reply[:room])
+            if not row.forced:  # an empty observation would leave the row waiting on nothing
+                done.add(slot)
+    return done

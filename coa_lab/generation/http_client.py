@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 # worth retrying: rate limits, overloaded or restarting servers, gateway timeouts
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -60,8 +61,6 @@ class PooledHTTP:
 
     def _pause_before_retry(self, attempt: int, retry_after: str | None) -> bool:
         """Sleep before retry `attempt + 1` and count it; False when the retries are used up."""
-        import time
-
         if attempt >= self.max_retries:
             return False
         with self._lock:

@@ -22,6 +22,7 @@ same way. Works with any model whose layers call `past_key_values.update(k, v, l
 
 from __future__ import annotations
 
+import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 MIN_GROWTH = 64  # tokens of room added at least, so a short prompt does not regrow every step
@@ -43,8 +44,6 @@ class GrowingLayer(DynamicLayer):
     def _reserve(self, need: int, rows: int | None = None, shift: int = 0) -> None:
         """Room for `need` columns and `rows` rows; `shift` moves the live entries that many
         columns right (zeros on their left), which always reallocates."""
-        import torch
-
         rows = self.rows if rows is None else rows
         capacity = 0 if self._k is None else self._k.shape[2]
         row_capacity = 0 if self._k is None else self._k.shape[0]

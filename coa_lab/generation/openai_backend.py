@@ -20,6 +20,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
+
 from coa_lab.generation.http_client import RETRY_STATUS, AuthError, BackendError, PooledHTTP  # noqa: F401 (re-exported)
 from coa_lab.generation.result import Generation
 
@@ -53,8 +55,6 @@ class OpenAIChatBackend(PooledHTTP):
 
     def complete(self, messages: list[dict], max_new_tokens: int, temperature: float = 0.0) -> Generation:
         """One conversation -> one reply, retried on 429/5xx/timeouts."""
-        import httpx
-
         headers = {}
         key = os.environ.get(self.api_key_env)
         if key:

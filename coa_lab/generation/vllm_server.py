@@ -9,8 +9,11 @@ import os
 import threading
 import uuid
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
+
+import httpx
 
 from coa_lab.generation.chat_prompt import chat_by_generate
 from coa_lab.generation.http_client import RETRY_STATUS, AuthError, BackendError, PooledHTTP
@@ -89,9 +92,6 @@ class VLLMServerGenerator(PooledHTTP):
         """One API call, retried on 429 / 5xx / timeouts; the 200 response or BackendError.
         ok_if(status, message): whether an error answer means the job is done anyway (a load
         answered "already loaded")."""
-        import httpx
-
-
         retry_status = RETRY_STATUS if retry_status is None else retry_status
         headers = {}
         key = os.environ.get(self.api_key_env)
@@ -246,8 +246,6 @@ class VLLMServerGenerator(PooledHTTP):
         if len(chunks) == 1:
             results = [run(chunks[0])]
         else:
-            from concurrent.futures import ThreadPoolExecutor
-
             with ThreadPoolExecutor(max_workers=min(self.concurrency, len(chunks))) as pool:
                 results = list(pool.map(run, chunks))
         for rows, gens in results:

@@ -27,6 +27,11 @@ from pathlib import Path
 
 from coa_lab import protocol
 from coa_lab.config import Preset
+from coa_lab.evaluate import evaluate, save_eval
+from coa_lab.generation.llm import make_generator
+from coa_lab.rl.trainer import train_rl
+from coa_lab.training.sft import train_sft
+from coa_lab.trajectories import load_records
 
 # arm name -> RLConfig overrides. "DAPO" is the recipe; each other arm switches one technique off.
 DAPO_ARMS: dict[str, dict] = {
@@ -70,10 +75,6 @@ def rollout_behaviour(records) -> dict:
 
 def masking_ablation(preset: Preset, records: list, eval_tasks: dict[str, list], tools, out_dir: str | Path) -> dict:
     """Train one SFT student per arm of MASKING_ARMS on `records` and evaluate each on `eval_tasks`."""
-    from coa_lab.evaluate import evaluate, save_eval
-    from coa_lab.generation.llm import make_generator
-    from coa_lab.training.sft import train_sft
-
     out_dir = Path(out_dir)
     arms = {}
     for arm, mask in MASKING_ARMS.items():
@@ -104,8 +105,6 @@ def signal_rollouts(row: dict) -> int:
 
 def arm_summary(preset: Preset, overrides: dict, metrics: list[dict], arm_dir: Path, seconds: float) -> dict:
     """One RL arm's story from `train_rl`'s own log (metrics rows) and its rollouts file."""
-    from coa_lab.trajectories import load_records
-
     rl = preset.rl
     sampled = sum(r["sampled_groups"] for r in metrics) * rl.group_size
     signal = sum(signal_rollouts(r) for r in metrics)
@@ -148,8 +147,6 @@ def dapo_ablation(preset: Preset, pool: list, tools, out_dir: str | Path, adapte
     """One RL run per arm (default DAPO_ARMS), all from `adapter` on the same pool and seed;
     sft_records: the SFT set, for a preset that mixes its loss in (rl.sft_coef). The summary
     goes to out_dir/<name>.json."""
-    from coa_lab.rl.trainer import train_rl
-
     out_dir = Path(out_dir)
     results = {}
     for arm, overrides in (arms or DAPO_ARMS).items():
@@ -169,9 +166,6 @@ def rollout_ablation(preset: Preset, pool: list, tools, out_dir: str | Path, ada
     """RL with rollouts from each arm's sampler (default ROLLOUT_ARMS), then every arm's final
     policy evaluated greedily with its trained, unquantized weights on `eval_tasks`: what a
     cheaper sampler costs in what the policy learns, not only in the training curve."""
-    from coa_lab.evaluate import evaluate, save_eval
-    from coa_lab.generation.llm import make_generator
-
     out_dir = Path(out_dir)
     summary = dapo_ablation(preset, pool, tools, out_dir, adapter, arms=arms or ROLLOUT_ARMS,
                             sft_records=sft_records, name="rollouts")

@@ -11,12 +11,18 @@ quickly rebuilt fallback, so every lesson can be opened on its own.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 from pathlib import Path
 
+from coa_lab import pipeline
 from coa_lab.config import Preset
 from coa_lab.paths import DATASETS_DIR, PROJECT_ROOT, runs_dir
+from coa_lab.published import figure
+from coa_lab.training.sft import train_sft
+from coa_lab.trajectories import load_records
 
 SHIPPED_TEACHER_RUNS = DATASETS_DIR / "teacher_runs" / "smollm2_135m_cpu_tiny.jsonl"
 
@@ -34,8 +40,6 @@ def teacher_runs_path() -> Path:
 
 def kept_trajectories(preset: Preset) -> list:
     """Notebook 02's kept trajectories; if it has not run, distil the teacher runs now (seconds)."""
-    from coa_lab.trajectories import load_records
-
     kept = lesson_dir(2) / "distill" / "kept.jsonl"
     if not kept.exists():
         distill_teacher_runs(preset, teacher_runs_path(), lesson_dir(2))
@@ -44,8 +48,6 @@ def kept_trajectories(preset: Preset) -> list:
 
 def distill_teacher_runs(preset: Preset, traces: Path, run: Path) -> dict:
     """`pipeline.distill` on a traces file: copied into run/capture/ first, as the stage expects."""
-    from coa_lab import pipeline
-
     target = run / "capture" / "traces.jsonl"
     target.parent.mkdir(parents=True, exist_ok=True)
     if Path(traces).resolve() != target.resolve():
@@ -56,12 +58,33 @@ def distill_teacher_runs(preset: Preset, traces: Path, run: Path) -> dict:
 def sft_adapter(preset: Preset) -> Path:
     """Notebook 03's SFT adapter; if it has not run, train it now on the kept trajectories
     (cpu-smoke: seconds; cpu-tiny: minutes, the same run notebook 03 makes)."""
-    from coa_lab.training.sft import train_sft
-
     adapter = lesson_dir(3) / "sft" / "adapter"
     if not (adapter / "adapter_config.json").exists():
         train_sft(preset, kept_trajectories(preset), lesson_dir(3) / "sft")
     return adapter
+
+
+def smoke_sized(preset: Preset) -> Preset:
+    """A lesson's smoke mode (COA_LAB_SMOKE=1) for any preset: the preset's model, precision, backend
+    and recipe, with its counts cut to cpu-smoke's (2 tasks a family, 1 SFT epoch, 1 RL step of
+    2 x 2, no refill draws). cpu-smoke comes back as it is; a GPU preset (`PRESET = "gpu-smoke"`)
+    then takes each lesson's full-run code path at cpu-smoke's size (tests/lessons/test_gpu_preset.py)."""
+    smoke = 2
+
+    def cut(mix: dict[str, int], n: int = smoke) -> dict[str, int]:
+        return {k: min(v, n) for k, v in mix.items()}
+
+    c, r, e = preset.capture, preset.rl, preset.eval
+    return dataclasses.replace(
+        preset,
+        capture=dataclasses.replace(c, tasks=cut(c.tasks), multi_hop_tasks=cut(c.multi_hop_tasks, 1)),
+        distill=dataclasses.replace(preset.distill, imported_per_suite=min(preset.distill.imported_per_suite, smoke)),
+        sft=dataclasses.replace(preset.sft, epochs=1),
+        rl=dataclasses.replace(r, steps=1, prompts_per_step=min(r.prompts_per_step, smoke),
+                               group_size=min(r.group_size, smoke), max_sampling_rounds=0, pool=cut(r.pool),
+                               pool_samples=min(r.pool_samples, smoke)),
+        eval=dataclasses.replace(e, tasks=cut(e.tasks), val_tasks=cut(e.val_tasks, 1), samples=min(e.samples, smoke)),
+    )
 
 
 def rl_adapter() -> Path | None:
@@ -89,10 +112,6 @@ def compare_with_reference(saved: Path, inputs: dict[str, str]) -> list[str]:
     reads it, e.g. {"trajectories": "data.examples", "optimizer steps": "len(data.losses)"}).
     Prints which inputs differ, so a learner knows when the text's numbers (the reference run's)
     cannot match the figure above; returns the labels that differ."""
-    import json
-
-    from coa_lab.published import figure
-
     saved = Path(saved).with_suffix(".json")
     reference = REFERENCE_FIGURES / saved.name
     if not reference.exists() or reference.resolve() == saved.resolve():

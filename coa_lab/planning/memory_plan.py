@@ -41,104 +41,17 @@ from 22% low to 28% high (`calibration()`), so `fit_verdict` asks for MEMORY_MAR
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from coa_lab.config import EMBEDDED_MODEL, ModelConfig, Preset
-from coa_lab.generation.backends import PROMPT_TOKENS, rows_for_budget
+from coa_lab.config import ModelConfig, Preset
+from coa_lab.generation.backends import rows_for_budget
+from coa_lab.generation.engine_share import (GIB, IN_PROCESS_ENGINE, MEMORY_MARGIN, engine_weight_bytes, row_bytes,
+                                             share_beside_trainer)
+from coa_lab.generation.model_shape import ModelShape, params_named, shape_of
 from coa_lab.training.lm_head import CHUNK
 
-GIB = 1024**3
-# PROMPT_TOKENS (generation/backends.py): the typical prompt the rollouts' KV cache and length assume
-
-# Shapes of the presets' models (their config.json), so a plan needs no download and no transformers.
-KNOWN_SHAPES = {
-    EMBEDDED_MODEL: dict(hidden=576, layers=30, heads=9, kv_heads=3, head_dim=64,  # SmolLM2-135M-Instruct
-                         intermediate=1536, vocab=49152, tied=True),
-    # colab-t4's student (fp16 on a T4: docs/colab.md), and Unsloth's ungated upload of the same weights
-    "meta-llama/Llama-3.2-1B-Instruct": dict(hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64,
-                                             intermediate=8192, vocab=128256, tied=True),
-    "unsloth/Llama-3.2-1B-Instruct": dict(hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64,
-                                          intermediate=8192, vocab=128256, tied=True),
-    "Qwen/Qwen2.5-1.5B-Instruct": dict(hidden=1536, layers=28, heads=12, kv_heads=2, head_dim=128,
-                                       intermediate=8960, vocab=151936, tied=True),
-    "Qwen/Qwen2.5-3B-Instruct": dict(hidden=2048, layers=36, heads=16, kv_heads=2, head_dim=128,
-                                     intermediate=11008, vocab=151936, tied=True),
-    # larger local teachers for the GPU presets' capture (capture.teacher_model; docs/scaling.md)
-    "Qwen/Qwen2.5-7B-Instruct": dict(hidden=3584, layers=28, heads=28, kv_heads=4, head_dim=128,
-                                     intermediate=18944, vocab=152064, tied=False),
-    "Qwen/Qwen2.5-14B-Instruct": dict(hidden=5120, layers=48, heads=40, kv_heads=8, head_dim=128,
-                                      intermediate=13824, vocab=152064, tied=False),
-    "Qwen/Qwen2.5-32B-Instruct": dict(hidden=5120, layers=64, heads=40, kv_heads=8, head_dim=128,
-                                      intermediate=27648, vocab=152064, tied=False),
-}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    tied: bool
-
-    @classmethod
-    def from_config(cls, cfg: dict) -> "ModelShape":
-        heads = cfg["num_attention_heads"]
-        return cls(hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"], heads=heads,
-                   kv_heads=cfg.get("num_key_value_heads", heads),
-                   head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-                   intermediate=cfg["intermediate_size"], vocab=cfg["vocab_size"],
-                   tied=bool(cfg.get("tie_word_embeddings", False)))
-
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) of each linear module of one decoder layer (Llama / Qwen2 layout)."""
-        h, kv = self.hidden, self.kv_heads * self.head_dim
-        q = self.heads * self.head_dim
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, self.intermediate), "up_proj": (h, self.intermediate),
-                "down_proj": (self.intermediate, h)}
-
-    def embedding_params(self) -> int:
-        return self.vocab * self.hidden * (1 if self.tied else 2)
-
-    def layer_linear_params(self) -> int:
-        return sum(i * o for i, o in self.linear_shapes().values())
-
-    def params(self, biases: int = 0) -> int:
-        """Every parameter: embeddings (+ untied LM head), linear weights, two RMSNorms per layer
-        and the final norm; `biases` adds per-layer bias terms (Qwen2 has q/k/v biases)."""
-        norms = self.layers * 2 * self.hidden + self.hidden
-        return self.embedding_params() + self.layers * (self.layer_linear_params() + biases) + norms
-
-
-def shape_of(model_name: str) -> ModelShape:
-    """The shape from a local folder's config.json, KNOWN_SHAPES, or the resolved model's config.
-
-    KNOWN_SHAPES comes before resolving: resolving the embedded model converts it (transformers,
-    ~20 s) on a fresh machine, and a plan must stay instant anywhere."""
-    local = Path(model_name) / "config.json"
-    if local.exists():
-        return ModelShape.from_config(json.loads(local.read_text()))
-    if model_name in KNOWN_SHAPES:
-        return ModelShape(**KNOWN_SHAPES[model_name])
-    from coa_lab.generation.models import resolve_model
-
-    resolved = Path(resolve_model(model_name)) / "config.json"
-    if resolved.exists():
-        return ModelShape.from_config(json.loads(resolved.read_text()))
-    raise ValueError(f"no shape known for {model_name!r}: pass a local model folder with a config.json, "
-                     f"or one of {sorted(KNOWN_SHAPES)}")
-
-
-def qwen2_biases(shape: ModelShape) -> int:
-    """Qwen2's q, k and v projections carry biases: q_out + 2 kv_out per layer."""
-    return shape.heads * shape.head_dim + 2 * shape.kv_heads * shape.head_dim
+# The model's shape (KNOWN_SHAPES, shape_of) is generation/model_shape.py; what an in-process vLLM
+# engine loads and its share of the card, generation/engine_share.py: the stages size it there too.
 
 
 def lora_params(shape: ModelShape, r: int, targets) -> int:
@@ -147,35 +60,11 @@ def lora_params(shape: ModelShape, r: int, targets) -> int:
     return shape.layers * sum(r * (lin[t][0] + lin[t][1]) for t in targets)
 
 
-def _four_bit_bytes(shape: ModelShape, n: int) -> float:
-    """bitsandbytes 4-bit: the layers' linear weights in 4 bits, the rest (embeddings, norms) in 16-bit."""
-    linear = shape.layers * shape.layer_linear_params()
-    return linear * 0.5 + (n - linear) * 2
-
-
 def weight_bytes(m: ModelConfig, shape: ModelShape, n: int) -> float:
     """Bytes of the trainer's copy of the weights (unsharded) in the preset's dtype / quantization."""
-    if m.load_in_4bit:
-        return _four_bit_bytes(shape, n)
+    if m.load_in_4bit:  # bitsandbytes 4-bit: QLoRA's layout, the one vLLM's in-flight 4-bit loads too
+        return engine_weight_bytes(m, shape, n, "bitsandbytes")
     return n * (2 if m.dtype in ("bfloat16", "float16") else 4)
-
-
-# gen.backend values whose rollouts come from a vLLM engine in this process ("auto" is vLLM on a GPU
-# where it is installed, what the planner assumes): it holds its own copy of the weights beside the trainer's
-IN_PROCESS_ENGINE = ("vllm", "auto")
-
-
-def engine_weight_bytes(m: ModelConfig, shape: ModelShape, n: int, quantization: str | None = None) -> float:
-    """Bytes of the weights an in-process vLLM engine loads. Without `quantization` vLLM loads the
-    checkpoint in the preset's dtype (generation/llm.engine_dtype: 16-bit for every GPU preset),
-    whatever model.load_in_4bit says: that flag quantizes the trainer's copy only, and the lab passes
-    vLLM no quantization (docs/design.md, "One card holds the plan"). "bitsandbytes" prices vLLM's
-    own in-flight 4-bit: QLoRA's layout."""
-    if quantization is None:
-        return n * (2 if m.dtype in ("bfloat16", "float16") else 4)
-    if quantization == "bitsandbytes":
-        return _four_bit_bytes(shape, n)
-    raise ValueError(f"no weight size known for vLLM quantization {quantization!r}; None or 'bitsandbytes'")
 
 
 def rollout_weight_bytes(preset: Preset, shape: ModelShape, n: int) -> float:
@@ -191,15 +80,9 @@ def trainable_params(m: ModelConfig, shape: ModelShape, n: int) -> int:
     return n if m.lora_r == 0 else lora_params(shape, m.lora_r, m.target_modules)
 
 
-def kv_bytes_per_token(shape: ModelShape) -> int:
-    """K and V, every layer, every KV head, 2 bytes each (16-bit cache)."""
-    return 2 * shape.layers * shape.kv_heads * shape.head_dim * 2
-
-
 def params_of(preset: Preset, shape: ModelShape) -> int:
     """The parameter count plan() uses: Qwen2 models carry q/k/v biases."""
-    biases = qwen2_biases(shape) if "qwen" in preset.model.name.lower() else 0
-    return shape.params(biases)
+    return params_named(preset.model.name, shape)
 
 
 @dataclass
@@ -264,7 +147,7 @@ def plan(preset: Preset, gpus: int = 1, shape: ModelShape | None = None,
     positions = b * s if logits_chunk is None or sharded else min(b * s, logits_chunk)
     logits = positions * shape.vocab * (2 + 4 + 4 if half else 4 + 4)
     g = preset.gen
-    kv_sequence = kv_bytes_per_token(shape) * (g.max_response_tokens + PROMPT_TOKENS)
+    kv_sequence = row_bytes(preset, shape)  # one full-length row: a typical prompt + max_response_tokens
     rows = rows_for_budget(g, kv_sequence)  # the decoder sizes its batch the same way (generation/backends.py)
     kv = kv_sequence * rows
     # an in-process engine loads its own 16-bit copy; the lab's decoder (and a vLLM server, on its
@@ -284,103 +167,35 @@ def plan(preset: Preset, gpus: int = 1, shape: ModelShape | None = None,
 
 # plan() ran up to 22% under the measured H100 and H200 peaks (calibration(): ratios 0.78-1.28; the
 # worst peak, the DAPO update at 4 x 8k, was 1.29x its plan), so a plan "fits" only with that
-# error on top; one that fits the GPU but not with the margin is "tight".
-MEMORY_MARGIN = 1.3
+# error, MEMORY_MARGIN (generation/engine_share.py), on top; one that fits the GPU but not with it is "tight".
 
 
 def rl_on_one_card(memory: MemoryPlan, memory_gib: float) -> dict:
     """An in-process vLLM engine holds its weights and KV cache while the trainer holds the policy,
     its optimizer and activations, on the same card during RL: the two must fit together. The
     engine's share of the card (vLLM's gpu_memory_utilization) is the rollout side's planned need
-    with the margin, within [0.1, 0.9]."""
+    with the margin, within [0.1, 0.9]: engine_share.share_beside_trainer, what RL's stage asks for."""
     together = memory.train_total_gib + memory.rollout_total_gib
-    share = min(0.9, max(0.1, memory.rollout_total_gib * MEMORY_MARGIN / memory_gib))
     return {"rl_together": fit_verdict(together, memory_gib), "together_gib": round(together, 2),
-            "vllm_memory_fraction": round(share, 2)}
+            "vllm_memory_fraction": share_beside_trainer(memory.rollout_total_gib, memory_gib)}
 
 
-def with_engine_share(preset: Preset) -> Preset:
-    """The preset with gen.vllm_memory_fraction filled from the plan of it on this card (the
-    rollout side's need with the margin, rl_on_one_card), when it is None and a GPU answers; a
-    pair of trainer and sampler that does not fit with the margin is warned about. Unchanged
-    otherwise, or where the model's shape is unknown (the engine then takes 0.5)."""
-    import dataclasses
-    import warnings
-
-    if preset.gen.vllm_memory_fraction is not None:
-        return preset
-    import torch
-
+def rl_fit_warning(preset: Preset, card_gib: float) -> str | None:
+    """What `coa-lab rl` and `coa-lab demo` print before they start where RL's trainer and an
+    in-process vLLM engine will not fit on this card with the margin (None where they fit, the
+    engine is not in-process, the share is set by hand, or the model's shape is unknown)."""
+    if preset.gen.vllm_memory_fraction is not None or preset.gen.backend not in IN_PROCESS_ENGINE:
+        return None
     try:
-        card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
         together = rl_on_one_card(plan(preset, 1, shape_of(preset.model.name)), card_gib)
-    except (ValueError, RuntimeError, AssertionError) as exc:
-        if torch.cuda.is_available():  # vLLM's CPU build has no share: its cache is VLLM_CPU_KVCACHE_SPACE
-            warnings.warn(f"vLLM's share of the GPU: no plan ({exc}); 0.5 (set gen.vllm_memory_fraction)",
-                          stacklevel=2)
-        return preset
-    if together["rl_together"] != "fits":
-        verdict = "is tight" if together["rl_together"] == "tight" else "does not fit"
-        warnings.warn(f"RL with in-process vLLM {verdict} on this {card_gib:.0f} GiB card "
-                      f"({together['together_gib']} GiB planned for trainer and sampler): `coa-lab plan` has the "
-                      "breakdown", stacklevel=2)
-    gen = dataclasses.replace(preset.gen, vllm_memory_fraction=together["vllm_memory_fraction"])
-    return dataclasses.replace(preset, gen=gen)
-
-
-# vLLM's own default gpu_memory_utilization: an engine alone on the card still leaves a tenth to the
-# CUDA contexts (this process's and vLLM's engine process's) and to the sampler's activations
-ALONE_SHARE_CAP = 0.9
-
-
-def _params_named(name: str, shape: ModelShape) -> int:
-    """params_of for a model by name (a teacher's, not the preset's): Qwen2 models carry q/k/v biases."""
-    return shape.params(qwen2_biases(shape) if "qwen" in name.lower() else 0)
-
-
-def engine_alone(preset: Preset, memory_gib: float, model_name: str | None = None,
-                 shape: ModelShape | None = None) -> dict:
-    """An in-process vLLM engine with the card to itself: capture and evaluation, where no trainer
-    sits beside it (pipeline._free_the_card runs before SFT, RL and evaluation). Its share is its
-    16-bit weights and gen.batch_size full-length rows of KV with the margin, at most
-    ALONE_SHARE_CAP; `rows` is what that share holds with the margin (the planner's capture and
-    evaluation decode with it; RL's share keeps gen.kv_budget_gib, a trainer beside it).
-    model_name: the engine's model where it is not the preset's (capture.teacher_model)."""
-    name = model_name or preset.model.name
-    shape = shape or shape_of(name)
-    weights = engine_weight_bytes(preset.model, shape, _params_named(name, shape))
-    row = kv_bytes_per_token(shape) * (preset.gen.max_response_tokens + PROMPT_TOKENS)
-    card = memory_gib * GIB
-    want = (weights + preset.gen.batch_size * row) * MEMORY_MARGIN / card
-    # rounded up, so the share's rows are never one short of what was asked for
-    share = min(ALONE_SHARE_CAP, max(0.1, math.ceil(want * 100) / 100))
-    # at least one row: a model whose weights alone overflow the share is reported as such elsewhere
-    # (plan_report's teacher line), and its decode is still priced
-    rows = max(1, min(preset.gen.batch_size, int((share * card / MEMORY_MARGIN - weights) // row)))
-    return {"vllm_memory_fraction": share, "rows": rows, "weights_gib": round(weights / GIB, 3),
-            "kv_cache_gib": round(rows * row / GIB, 3)}
-
-
-def with_engine_alone(preset: Preset, model_name: str | None = None) -> Preset:
-    """The preset with gen.vllm_memory_fraction for an engine alone on this card (engine_alone:
-    capture and evaluation), when it is None and a GPU answers; unchanged otherwise, or where the
-    model's shape is unknown (the engine then takes 0.5). An explicit fraction is the user's choice."""
-    import dataclasses
-    import warnings
-
-    if preset.gen.vllm_memory_fraction is not None:
-        return preset
-    import torch
-
-    try:
-        card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
-        share = engine_alone(preset, card_gib, model_name)["vllm_memory_fraction"]
-    except (ValueError, RuntimeError, AssertionError) as exc:
-        if torch.cuda.is_available():  # vLLM's CPU build has no share: its cache is VLLM_CPU_KVCACHE_SPACE
-            warnings.warn(f"vLLM's share of the GPU alone: no plan ({exc}); 0.5 (set gen.vllm_memory_fraction)",
-                          stacklevel=2)
-        return preset
-    return dataclasses.replace(preset, gen=dataclasses.replace(preset.gen, vllm_memory_fraction=share))
+    except ValueError:
+        return None
+    if together["rl_together"] == "fits":
+        return None
+    verdict = "is tight" if together["rl_together"] == "tight" else "does not fit"
+    return (f"RL with in-process vLLM {verdict} on this {card_gib:.0f} GiB card ({together['together_gib']} GiB "
+            f"planned for trainer and sampler, x{MEMORY_MARGIN} margin): `coa-lab plan --preset {preset.name}` "
+            "has the breakdown")
 
 
 def fit_verdict(total_gib: float, memory_gib: float) -> str:

@@ -9,12 +9,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coa_lab.config import Preset, get_preset
-from coa_lab.training.lm_head import CHUNK
+from coa_lab.generation.engine_share import IN_PROCESS_ENGINE, MEMORY_MARGIN
+from coa_lab.generation.model_shape import ModelShape, shape_of
 from coa_lab.paths import PROJECT_ROOT
-from coa_lab.planning.memory_plan import (IN_PROCESS_ENGINE, MEMORY_MARGIN, ModelShape, fit_verdict, params_of, plan,
-                                          rl_on_one_card, shape_of, weight_bytes)
+from coa_lab.planning.memory_plan import fit_verdict, params_of, plan, rl_on_one_card, weight_bytes
 from coa_lab.planning.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MFU, GPUSpec, decode_seconds,
                                         gpu_spec, step_time, update_seconds)
+from coa_lab.training.lm_head import CHUNK
 
 # --- calibration against the real GPU runs ---------------------------------------------------
 
@@ -62,12 +63,12 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str | None = None, 
     micro-batch of 4 x (prompt + response). Rollouts came from HF generate (batch 8, PEFT-wrapped,
     short chat prompts taken as 64 tokens): launch-bound, far from the bandwidth bound modelled here.
 
-    Runs of the issue-28 script name their LM head (`lm_head`: "plain" = every position's logits,
-    planned with logits_chunk=None; "chunked" and "fused" planned with one chunk); a run without
-    the field predates chunking ("plain"). Its DAPO update has no old-log-prob pass (gpu-3b-qlora
-    takes one optimizer step per batch), so its peak is a training micro-batch of
-    update.MICRO_BATCH rollouts; its rollouts (`decode`) come from the lab's decoder. Entries
-    without a measured peak (an OOM) are skipped."""
+    Runs of benchmarks/gpu_validate.py since the chunked LM head name their LM head (`lm_head`:
+    "plain" = every position's logits, planned with logits_chunk=None; "chunked" and "fused" planned
+    with one chunk); a run without the field predates chunking ("plain"). Its DAPO update has no
+    old-log-prob pass (gpu-3b-qlora takes one optimizer step per batch), so its peak is a training
+    micro-batch of update.MICRO_BATCH rollouts; its rollouts (`decode`) come from the lab's decoder.
+    Entries without a measured peak (an OOM) are skipped."""
     data = json.loads(Path(path).read_text())
     spec = gpu_spec(gpu or run_gpu(data))
     shape = shape_of("Qwen/Qwen2.5-3B-Instruct")
@@ -105,9 +106,10 @@ def calibration(path: Path = VALIDATION_JSON, gpu: GPUSpec | str | None = None, 
         weights = "4-bit" if d["four_bit"] else "bf16"
         label = f"DAPO {d['group_size']} x ({d['prompt_len']} + {d['response_len']}), {weights}{head_label(d)}"
         length = d["prompt_len"] + d["response_len"]
-        issue28 = "lm_head" in d  # no old-log-prob pass; micro-batches of MICRO_BATCH rollouts
-        p = preset_for(d["four_bit"], MICRO_BATCH if issue28 else 4, length)
-        _, seconds = update_seconds(p, shape, d["group_size"], length, 0.0 if issue28 else 1.0, 1, spec, update_mfu)
+        no_old_logprobs = "lm_head" in d  # no old-log-prob pass; micro-batches of MICRO_BATCH rollouts
+        p = preset_for(d["four_bit"], MICRO_BATCH if no_old_logprobs else 4, length)
+        _, seconds = update_seconds(p, shape, d["group_size"], length, 0.0 if no_old_logprobs else 1.0, 1, spec,
+                                    update_mfu)
         rows.append(CalibrationRow(label, "update_seconds", seconds, d["seconds"]))
         rows.append(CalibrationRow(label, "peak_gib", plan(p, 1, shape, logits_chunk=chunk_of(d)).train_total_gib,
                                    d["peak_mem_gib"]))
@@ -183,7 +185,7 @@ def _count(n: int) -> str:
 
 def _alone_line(r: dict) -> str:
     """How many rows capture and evaluation decode at once, and why: an in-process engine has the
-    card alone there (memory_plan.engine_alone), the lab's decoder keeps gen.kv_budget_gib's rows."""
+    card alone there (engine_share.engine_alone), the lab's decoder keeps gen.kv_budget_gib's rows."""
     t, rows = r["time"], r["time"]["eval_rows"]
     teacher = t["capture_rows"] if t["capture_rows"] not in (None, rows) else None
     extra = f", the teacher {teacher}" if teacher else ""

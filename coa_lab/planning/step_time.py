@@ -15,10 +15,10 @@ head_dim, s the sequence length:
     rollouts     prompts_per_step x group_size sequences, each PROMPT_TOKENS + response_fraction x
                  gen.max_response_tokens long, decoded gen.batch_size at a time (or as many as
                  gen.kv_budget_gib holds at full length; capture and evaluation with an in-process
-                 engine: the rows it holds alone on the card, memory_plan.engine_alone). Decoding reads the sampler's
-                 weights (an in-process vLLM engine's 16-bit copy, memory_plan.rollout_weight_bytes;
-                 + the adapter) once per step and the live rows' KV cache at their mean
-                 context (prompt + response / 2): per step max(bytes / (hbm x bandwidth_efficiency),
+                 engine: the rows it holds alone on the card, engine_share.engine_alone). Decoding
+                 reads the sampler's weights (an in-process vLLM engine's 16-bit copy,
+                 memory_plan.rollout_weight_bytes; + the adapter) once per step and the live rows'
+                 KV cache at their mean context (prompt + response / 2): per step max(bytes / (hbm x bandwidth_efficiency),
                  FLOPs / (peak x mfu)); the gpus share the bytes (tensor parallel) or the batches
                  (data parallel), the same total either way
     RL update    the rollout tokens through the training FLOPs above, plus the no-grad old-log-prob
@@ -37,10 +37,10 @@ import math
 from dataclasses import asdict, dataclass
 
 from coa_lab.config import Preset
-from coa_lab.generation.backends import rows_for_budget
-from coa_lab.planning.memory_plan import (IN_PROCESS_ENGINE, PROMPT_TOKENS, ModelShape, engine_alone,
-                                          kv_bytes_per_token, lora_params, params_of, qwen2_biases,
-                                          rollout_weight_bytes, shape_of)
+from coa_lab.generation.backends import PROMPT_TOKENS, rows_for_budget
+from coa_lab.generation.engine_share import IN_PROCESS_ENGINE, engine_alone, kv_bytes_per_token
+from coa_lab.generation.model_shape import ModelShape, qwen2_biases, shape_of
+from coa_lab.planning.memory_plan import lora_params, params_of, rollout_weight_bytes
 
 
 # --- hardware --------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def agent_calls(hops: int) -> int:
 
 def alone_rows(preset: Preset, shape: ModelShape, gpu: GPUSpec, model_name: str | None = None) -> int | None:
     """Rows capture and evaluation decode at once: an in-process engine (gen.backend "vllm"/"auto")
-    has the card to itself there, no trainer beside it (memory_plan.engine_alone); None for the lab's
+    has the card to itself there, no trainer beside it (engine_share.engine_alone); None for the lab's
     decoder, which honours gen.kv_budget_gib in every stage, and a vLLM server (its own node)."""
     if preset.gen.backend not in IN_PROCESS_ENGINE:
         return None
@@ -328,7 +328,7 @@ class StepTime:
     eval_hours: float  # base, SFT and RL on test + validation, and the teacher on the headline tasks
     afternoon_hours: float  # everything: capture + SFT + screening + RL + evaluation
     # rows evaluation decodes at once (the student's): an in-process engine's alone on the card
-    # (memory_plan.engine_alone), else what the decoder's gen.kv_budget_gib holds, as in RL
+    # (engine_share.engine_alone), else what the decoder's gen.kv_budget_gib holds, as in RL
     eval_rows: int
     capture_rows: int | None  # the local teacher's, the same way; None for a remote teacher
     engine_alone_share: float | None  # the in-process engine's share of the card there; None without one

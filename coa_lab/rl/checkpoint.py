@@ -4,11 +4,15 @@ too), so a resumed run samples exactly what the uninterrupted one would have."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
 
+import torch
+
 from coa_lab import distributed
+from coa_lab.trajectories import load_records
 
 
 class CountedStream:
@@ -75,8 +79,6 @@ def save_checkpoint(out_dir: Path, model, optimizer, step: int, pool_iter: TaskC
     StartWeights, for delta_norm; left out when the KL reference holds the same tensors). Written
     beside the old one and swapped in, so a kill mid-save leaves one."""
 
-    import torch
-
     # every rank samples with its own torch generator: all of them go into the one checkpoint
     torch_rngs = distributed.gather_rows([torch.get_rng_state()])
     cuda_rngs = distributed.gather_rows([torch.cuda.get_rng_state() if torch.cuda.is_available() else None])
@@ -114,12 +116,6 @@ def restore_run(state: dict, out_dir: Path, optimizer, pool_iter: TaskCycle, anc
     """Put a resumed RL run back where its checkpoint (`state`, from state.pt) left off: the
     optimizer, the task, anchor and SFT-mix streams, every RNG (this rank's), and the metrics and
     sampled rollouts written before it. Returns (metrics, sampled records, the next step)."""
-    import json
-
-    import torch
-
-    from coa_lab.trajectories import load_records
-
     optimizer.load_state_dict(state["optimizer"])
     pool_iter.restore(state["pool"])
     if sft_iter is not None:

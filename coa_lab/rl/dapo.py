@@ -15,6 +15,8 @@ No KL term by default, as in DAPO and the AFM release; `kl_to_reference` is GRPO
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -149,8 +151,6 @@ def tis_weights(train_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, ma
     policy did not sample: prompt, observation, padding, or a rollout without sampler log-probs)
     the weight is 1. Returns (weights, capped): capped marks the masked tokens whose ratio
     exceeded the cap. Inputs [B, T]."""
-    import math
-
     on = mask.bool()
     log_w = torch.where(on, train_logprobs.detach().float() - sampler_logprobs.float(),
                         torch.zeros_like(sampler_logprobs, dtype=torch.float32))

@@ -22,6 +22,8 @@ from __future__ import annotations
 import copy
 import warnings
 
+import torch
+
 from coa_lab.generation.hf_generator import HFGenerator
 
 
@@ -34,20 +36,20 @@ def int8_copy(model, which: bool | str = True):
     with every Linear in int8 the 135M policy's next-token distribution moved by a total variation
     of 0.58 and every sampled group came back all-wrong (no gradient); the attention projections
     alone moved it by 0.12 (docs/design.md), a sampler close enough for its groups to carry signal."""
-    import torch
-
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("rl.rollout_int8 is a CPU path (torch dynamic int8 quantization); on a GPU sample with "
                          "vLLM (gen.backend='vllm') or leave it off")
     twin = copy.deepcopy(model)
     if hasattr(twin, "merge_and_unload"):  # PEFT: fold the adapter in, so each layer is one int8 matmul
         twin = twin.merge_and_unload()
-    twin.eval()
+    # fbgemm's int8 matmuls take fp32 activations: a 16-bit policy (a GPU preset's dtype on a CPU)
+    # gets an fp32 twin, whose embeddings and norms then run in fp32 too
+    twin = twin.float().eval()
     for p in twin.parameters():
         p.requires_grad_(False)
     with warnings.catch_warnings():  # torch.ao.quantization is deprecated for torchao, still the CPU kernel here
         warnings.simplefilter("ignore")
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import quantize_dynamic  # late: importing it warns of the deprecation
 
         if which in (True, "all"):
             return quantize_dynamic(twin, {torch.nn.Linear}, dtype=torch.qint8)

@@ -1,4 +1,4 @@
-"""RL's optimizer side (issue 57): AdamW with a learning-rate schedule, and the step-size
+"""RL's optimizer side: AdamW with a learning-rate schedule, and the step-size
 measures the metrics row logs beside it (gradient norms of the two loss terms, how far the
 weights moved, and the two scales that movement is read against). docs/design.md, "RL: the
 optimizer".
@@ -12,6 +12,8 @@ the rate by exactly 1.0 at every step: today's updates, bit for bit.
 from __future__ import annotations
 
 import math
+
+import torch
 
 SCHEDULES = {"constant": "constant_with_warmup", "cosine": "cosine", "linear": "linear"}  # ours -> transformers'
 
@@ -33,7 +35,7 @@ def total_optimizer_steps(rl) -> int:
 def build_optimizer(params, rl):
     """(AdamW at rl.learning_rate, its LambdaLR schedule). The scheduler steps once per optimizer step
     (rl/update._step), and its state goes into the RL checkpoint beside the optimizer's."""
-    import torch
+    # late: transformers costs seconds, and the pipeline imports RL's trainer (and so this) for every stage
     from transformers import get_scheduler
 
     check_schedule(rl)
@@ -68,8 +70,6 @@ def lr_scales(scheduler) -> dict[str, float]:
 
 def grad_norm(grads) -> float:
     """The L2 norm over a list of gradient tensors (None: no gradient, counts 0)."""
-    import torch
-
     norms = [torch.linalg.vector_norm(g.detach().float()) for g in grads if g is not None]
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 

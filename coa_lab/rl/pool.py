@@ -5,7 +5,7 @@ all-wrong groups). A question the SFT model always solves, or never does, wastes
 rollout spent on it. So before RL each candidate question is sampled `samples` times by the
 SFT policy, and only those it solves *sometimes but not always* -- a pass rate within
 [min_pass, max_pass] -- enter the pool. At group size 8, a pass rate between ~0.2 and ~0.8
-makes most groups informative (docs: small-scale-learning.md).
+makes most groups informative (docs/design.md, "RL: the pool and the step").
 """
 
 from __future__ import annotations

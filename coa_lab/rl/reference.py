@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import torch
+
 
 class ReferenceWeights:
     """The trainable parameters' values at the start of RL (the SFT adapter)."""
@@ -34,8 +36,6 @@ class ReferenceWeights:
     @contextmanager
     def active(self):
         """Inside: the model computes with the reference weights; after: its own again."""
-        import torch
-
         current = {name: p.detach().clone() for name, p in self.params.items()}
         try:
             with torch.no_grad():

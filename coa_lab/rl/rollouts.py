@@ -5,10 +5,12 @@ sampling)."""
 
 from __future__ import annotations
 
+import torch
+
 from coa_lab import protocol
-from coa_lab.student_rollout import Rollout, run_coa_across_ranks
 from coa_lab.config import Preset
 from coa_lab.rl import dapo
+from coa_lab.student_rollout import Rollout, run_coa_across_ranks
 from coa_lab.tasks.scorers import reward as task_reward
 
 
@@ -18,8 +20,9 @@ def rollout_reward(rollout: Rollout, format_gate: bool = True) -> float:
     paper's runtime a format error aborts the run, so it can never earn a reward; without the
     gate, RL on the cpu-tiny pool taught the student to skip the <think> between <reflection>
     and <answer> (a shorter path that the scorer still paid when the answer happened to be
-    right): look-up format validity on validation fell 0.97 -> 0.72 and the skipped think
-    turned answers into copies of the reflection (docs/history.md, "Why RL fell")."""
+    right) and turned answers into copies of the reflection; in a one-off probe look-up format
+    validity on validation fell from SFT's 0.97 to 0.72 and 0.69 in two seeds (docs/history.md,
+    "Why RL fell", which says no result file backs those figures)."""
     if format_gate and protocol.validate(rollout.text, rollout.task.profile):
         return 0.0
     return task_reward(rollout.task, protocol.final_answer(rollout.text))
@@ -37,8 +40,6 @@ def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int,
     when policy + observation tokens reach it), so a rollout can be cut by a long observation
     before its policy tokens reach the ramp: it is then flagged truncated (overlong filtering
     masks it) but not punished for the observation."""
-    import torch
-
     base = [rollout_reward(r, format_gate) for r in rollouts]
     lengths = torch.tensor([r.policy_tokens for r in rollouts])
     shaping = dapo.overlong_penalty(lengths, max_len, buffer).tolist() if buffer > 0 else [0.0] * len(rollouts)
@@ -55,8 +56,6 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
     The first round also samples `anchors_per_step` anchor questions (ones the SFT policy
     always solved): an anchor group only enters the batch if the policy has started to fail it.
     """
-    import torch
-
     rl, gen = preset.rl, preset.gen
     groups, rewards, stats = [], [], {"sampled_groups": 0, "sampled_rollouts": 0,
                                       # the binary task reward and the shaped one (+ overlong punishment)

@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+from coa_lab import pipeline
+from coa_lab.rl.pool import headroom
 from coa_lab.rl_arms import readout, runner, spec, table
 
 
@@ -65,7 +67,6 @@ def main(args) -> int:
     if args.split == "confirm":
         runner.record_reading(args, mix, base.name, list(arms) or [f"{n}@{s}" for n, s in todo])
     t0 = time.time()
-    from coa_lab import pipeline
 
     tools = pipeline.make_tools(base)
     read = lambda path, label: readout.read_adapter(base, path, groups, tools, args.samples, label)  # noqa: E731
@@ -96,8 +97,6 @@ def _start_screening(base, start: Path) -> Path | None:
     """RUN/rl/pool.json when it is the start's own screening of the candidates these arms draw:
     the start is RUN/sft/adapter (an arm's adapter as the start holds its own start's screening,
     another policy's) and rl.pool draws the same questions. Else None: the first arm screens anew."""
-    from coa_lab import pipeline
-
     shared = start.resolve().parent.parent / "rl" / "pool.json"
     if start.resolve().parent.name != "sft" or not shared.exists():
         return None
@@ -145,8 +144,6 @@ def _finish(args, out: Path, settings: dict, t0: float, start: Path | None, show
     start_info = runner._start_info(start) if start else json.loads(old.read_text()).get("start") if old.exists() else None
     result = {**result, "start": start_info, "seconds": round(time.time() - t0, 1)}
     if (out / "pool.json").exists():
-        from coa_lab.rl.pool import headroom
-
         result["pool_headroom"] = headroom(json.loads((out / "pool.json").read_text()))
     readout.write_atomic(old, result)
     if show or args.table_only:

@@ -12,7 +12,12 @@ import os
 import time
 from pathlib import Path
 
-from coa_lab.evaluate import pass_at_k
+import torch
+
+from coa_lab import pipeline
+from coa_lab.evaluate import evaluate, pass_at_k
+from coa_lab.generation.llm import make_generator
+from coa_lab.tasks.suites import load_suite
 
 SPLITS = ("val", "test", "selection", "confirm")
 
@@ -20,8 +25,6 @@ SPLITS = ("val", "test", "selection", "confirm")
 def eval_mix(preset, split: str) -> dict[str, int]:
     """The headline families' tasks of a split: `val` eval.val_tasks, `test`/`selection` eval.tasks,
     `confirm` every task of the confirmation split (benchmarks/rl_arms.py reads the same)."""
-    from coa_lab.tasks.suites import load_suite
-
     keys = list(preset.eval.headline)
     if split == "val":
         return {k: n for k, n in preset.eval.val_tasks.items() if k in keys}
@@ -31,8 +34,6 @@ def eval_mix(preset, split: str) -> dict[str, int]:
 
 
 def task_groups(preset, split: str) -> tuple[dict[str, int], dict[str, list]]:
-    from coa_lab import pipeline
-
     mix = eval_mix(preset, split)
     if not mix:
         raise SystemExit(f"coa-lab arms: the {split} split has no tasks of the headline families "
@@ -55,11 +56,6 @@ def _outcomes(records) -> tuple[dict[str, list[float]], dict[str, str], dict[str
 
 def read_adapter(preset, adapter: Path, groups: dict, tools, samples: int, label: str) -> dict:
     """Greedy outcomes, and (samples > 0) `samples` answers a task at rl.temperature."""
-    import torch
-
-    from coa_lab.evaluate import evaluate
-    from coa_lab.generation.llm import make_generator
-
     t0 = time.time()
     generator = make_generator(preset, adapter)
     greedy = evaluate(generator, groups, tools, preset, label=label, samples=1)

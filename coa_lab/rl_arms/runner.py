@@ -13,12 +13,17 @@ the same settings, else it restarts from the SFT adapter (its folder removed fir
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from coa_lab import pipeline
+from coa_lab.config import get_preset, preset_from_dict
+from coa_lab.field_types import parse_overrides
+from coa_lab.rl.checkpoint import latest_rl_checkpoint
 from coa_lab.rl_arms import readout, spec, table
 
 READINGS = Path(__file__).resolve().parents[2] / "docs" / "results" / "confirm_readings.jsonl"
@@ -26,9 +31,6 @@ READINGS = Path(__file__).resolve().parents[2] / "docs" / "results" / "confirm_r
 
 def base_preset(args):
     """The run folder's recorded settings (RUN/preset.json) with --set laid over them, else --preset."""
-    from coa_lab.field_types import parse_overrides
-    from coa_lab.config import get_preset, preset_from_dict
-
     overrides = parse_overrides(args.set)
     recorded = args.run / "preset.json" if args.run else None
     if recorded is not None and recorded.exists() and args.preset is None:
@@ -75,8 +77,6 @@ def _check_settings(out: Path, settings: dict) -> None:
 
 def _start_info(start: Path) -> dict:
     """The start adapter and, where its run folder says, how it was made."""
-    import hashlib
-
     run = start.resolve().parent.parent
     info: dict = {"adapter": str(start), "run": str(run)}
     weights = start / "adapter_model.safetensors"
@@ -93,8 +93,6 @@ def _start_info(start: Path) -> dict:
 
 def _prepare_run(run: Path, preset, start: Path, kept: Path, pool: Path) -> bool:
     """Set up (or keep, to resume) one arm's run folder; True when its RL checkpoint resumes."""
-    from coa_lab.rl.checkpoint import latest_rl_checkpoint
-
     recorded = run / "preset.json"
     now = json.loads(json.dumps(preset.to_dict()))
     if recorded.exists() and json.loads(recorded.read_text()) == now and latest_rl_checkpoint(run / "rl"):
@@ -113,8 +111,6 @@ def _prepare_run(run: Path, preset, start: Path, kept: Path, pool: Path) -> bool
 
 def train_arm(preset, run: Path, start: Path, kept: Path, pool: Path) -> tuple[dict, str]:
     """One (arm, seed) trained from the start adapter on the shared pool: (RL summary, how)."""
-    from coa_lab import pipeline
-
     summary = finished_rl(run, preset)
     if summary is not None:
         return summary, "finished before"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from coa_lab.config import Preset, get_preset
+from coa_lab.field_types import parse_overrides
 
 # the arms of benchmarks/rl_arms.py, and RFT (rejection-sampling fine-tuning: rl.advantage = "rft")
 BUILTIN: dict[str, dict] = {
@@ -25,8 +26,6 @@ _NEXT = re.compile(r",(?=[A-Za-z_]\w*\.[A-Za-z_]\w*=)")
 def parse_arm(text: str) -> tuple[str, dict]:
     """"kl=rl.kl_coef=0.05,rl.sft_coef=0" -> ("kl", {"rl": {"kl_coef": 0.05, "sft_coef": 0}});
     "control" -> the built-in."""
-    from coa_lab.field_types import parse_overrides
-
     name, sep, rest = text.partition("=")
     if not _NAME.match(name) or name == "sft":  # "sft" names the start every arm is paired against
         raise SystemExit(f"coa-lab arms: bad arm name {name!r} (letters, digits, _ . + - ; not 'sft')")

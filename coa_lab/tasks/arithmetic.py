@@ -204,7 +204,7 @@ SUBSETS = {  # SOURCE.json's description of each shipped file
            "(the old eval set, ids renamed); every tuning decision is made on it",
     "test": "the {n} held-out problems after val in coa_lab.tasks.arithmetic.generate(seed={seed}), levels 1-3 "
             "cycling, skipping any whose expression or name-swapped question is a train or val problem; "
-            "made after tuning, never tuned on",
+            "made after tuning; part of it was read since to choose RL settings (the selection split), the rest is the unread confirmation split (datasets/heldout_splits.json)",
 }
 
 

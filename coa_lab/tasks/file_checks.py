@@ -20,9 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from coa_lab.protocol import final_answer
 from coa_lab.tasks.loaders import BadRowsSkipped, layout_of, load_tasks
 from coa_lab.tasks.records import DatasetError, Task
 from coa_lab.tasks.scorers import score
+from coa_lab.tasks.suites import SUITE_FILES, suite_files
 
 TASK_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 NON_TASK_DIRS = {"corpus", "trajectories", "teacher_runs"}
@@ -47,8 +49,6 @@ def task_files(target: str | Path) -> list[Path]:
     ``corpus``/``trajectories``/``teacher_runs`` folders of datasets/ are skipped: they hold no tasks."""
     path = Path(target)
     if not path.exists():
-        from coa_lab.tasks.suites import SUITE_FILES, suite_files
-
         suite, _, benchmark = str(target).partition("/")
         if suite in SUITE_FILES and (not benchmark or benchmark in SUITE_FILES[suite]["eval"]):
             return suite_files(suite, "eval", benchmark or None)
@@ -61,8 +61,6 @@ def task_files(target: str | Path) -> list[Path]:
 
 
 def _grade(task: Task) -> tuple[Task, str | None, str | None, float | None]:
-    from coa_lab.protocol import final_answer
-
     text = gold_text(task)
     if text is None:
         return task, None, None, None

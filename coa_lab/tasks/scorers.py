@@ -39,6 +39,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Iterable
 
 from coa_lab.protocol import last_boxed  # noqa: F401 - one \boxed{} reader for the whole lab
+from coa_lab.tasks.judge import llm_judge
 from coa_lab.tasks.records import Task
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -216,7 +217,8 @@ def score_code(task: Task, answer: str | None) -> float:
     code.  Never raises for anything the answer does; it does raise ``ValueError`` for a
     task without valid ``metadata["tests"]`` (a data bug) and ``SandboxUnavailableError``
     when bubblewrap cannot run here (scoring every answer 0 would hide a broken setup)."""
-    from coa_lab.tasks.code_tests import run_tests  # lazy: keeps text scoring import-light
+    # late: code_tests brings the tools package (sandbox, bm25s, numpy: ~0.25 s); text scoring stays without it
+    from coa_lab.tasks.code_tests import run_tests
 
     if answer is None or not str(answer).strip():
         return 0.0
@@ -238,8 +240,6 @@ def score(task: Task, predicted_answer: str | None, judge=None) -> float:
     if task.profile == "web":
         if judge is None:
             return exact_match(pred, task.answers)
-        from coa_lab.tasks.judge import llm_judge
-
         # Exact match first: a verbatim gold needs no model call (and cannot be misjudged).
         return 1.0 if exact_match(pred, task.answers) else llm_judge(task.question, task.answers, pred, judge)
     if task.profile == "code":

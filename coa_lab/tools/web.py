@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from coa_lab.tools.base import Observation, Tool, error_observation
+from coa_lab.tools.page_summary import parse_crawl_arg, summarize_pages
 
 # Re-exported: html_to_text / PageStore lived here first and are imported from here.
 from coa_lab.tools.page_store import PageStore, html_to_text, normalize_url  # noqa: F401
@@ -242,8 +243,6 @@ class CrawlPage(Tool):
                             base_delay_s=self.base_delay_s, sleep=self.sleep)
 
     def run(self, arg: str) -> Observation:
-        from coa_lab.tools.page_summary import parse_crawl_arg
-
         urls, goal = parse_crawl_arg(arg)
         if not urls:
             return error_observation("no URL given; pass 'https://...' or 'url1 | url2 || goal: ...'")
@@ -291,8 +290,6 @@ class CrawlPage(Tool):
         """url -> summary, or -> a "[summary unavailable: ...]" note; {} without a summarizer."""
         if self.summarizer is None or not pages:
             return {}
-        from coa_lab.tools.page_summary import summarize_pages
-
         todo = [(u, t, x) for u, (t, x) in pages.items() if x.strip()]
         result = summarize_pages(self.summarizer, goal, todo, max_input_chars=self.summary_input_chars,
                                  max_new_tokens=self.summary_max_new_tokens)

@@ -25,6 +25,7 @@ from typing import Any
 
 from coa_lab.paths import DATASETS_DIR, cache_dir
 from coa_lab.tools.base import Observation, Tool, error_observation
+from coa_lab.tools.dense_search import DenseRetriever, _import_extra, rrf_fuse
 
 DEFAULT_CORPUS = DATASETS_DIR / "corpus" / "wiki_passages.jsonl.gz"
 # Bump when tokenization changes, so old cached indexes are not reused.
@@ -123,8 +124,6 @@ class WikiSearch(Tool):
         if mode not in MODES:
             raise ValueError(f"unknown wiki_search mode {mode!r}; choose one of {', '.join(MODES)}")
         if mode != "bm25" and encoder is None:
-            from coa_lab.tools.dense_search import _import_extra
-
             _import_extra()  # fail at construction, with the install hint, not at the first query
         self.k = k
         self.max_output_chars = max_output_chars
@@ -222,8 +221,6 @@ class WikiSearch(Tool):
         self._ensure_index()
         with self._lock:
             if self._dense is None:
-                from coa_lab.tools.dense_search import DenseRetriever
-
                 assert self._passages is not None
                 self._dense = DenseRetriever(self._passages, self.encoder, use_cache=self.use_cache,
                                              batch_size=self.embed_batch_size, threads=self.embed_threads)
@@ -253,8 +250,6 @@ class WikiSearch(Tool):
         elif self.mode == "dense":
             ranked = self._ensure_dense().ranked(query, k)
         else:
-            from coa_lab.tools.dense_search import rrf_fuse
-
             n = min(max(self.candidates, k), len(self._passages))
             bm25 = [i for i, _ in self._bm25_ranked(query, n)]
             dense = [i for i, _ in self._ensure_dense().ranked(query, n)]

@@ -28,6 +28,7 @@ import contextlib
 import functools
 import logging
 import os
+from importlib import metadata
 
 # (torch is imported inside the functions: `coa-lab plan` reads CHUNK without it)
 # tokens per LM-head chunk: [1024 x 49,152] fp32 logits are 192 MiB (SmolLM2), [1024 x 151,936]
@@ -97,11 +98,9 @@ def _chunk_nll(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: f
 @functools.cache
 def _liger_kernel():
     """Liger's fused linear cross-entropy, or None where liger-kernel is absent or too old."""
-    from importlib import metadata
-
     try:
         version = tuple(int(x) for x in metadata.version("liger-kernel").split(".")[:3] if x.isdigit())
-        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy  # late: [gpu] extra
     except Exception:  # not installed, no triton, an unparsable version: the chunked path
         return None
     if version < FUSED_MIN_VERSION:

@@ -34,6 +34,7 @@ import torch
 
 from coa_lab.generation.cpu_attention import NAME as CPU_SDPA
 from coa_lab.generation.decoding import common_prefix
+from coa_lab.training.lm_head import check_temperature, nll_at
 
 _MASK_KINDS = {"sdpa": "bool", CPU_SDPA: "bool", "eager": "additive"}
 UNSLOTH_REFUSAL = ("packed rows need their 4D attention mask, which unsloth drops in train mode (the "
@@ -205,7 +206,6 @@ def sequence_logprobs(model, sequences: list[list[int]], rows: list[list[int]], 
         spans.append((i, s, len(cols)))
     if not targets:  # every sequence ends at its start: nothing to score
         return torch.zeros((len(sequences), width or max(len(s) for s in sequences)))
-    from coa_lab.training.lm_head import check_temperature, nll_at
 
     # the sampled policy's distribution, softmax(logits / T), the LM head a chunk at a time
     nll = nll_at(model, packed.model_inputs(model), torch.cat(src_rows), torch.cat(src_cols),

@@ -17,15 +17,25 @@ it cannot run the laptop demo; the plain Trainer runs the same code on CPU and G
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from coa_lab.prompts import task_messages
+import torch
+
+from coa_lab import distributed
 from coa_lab.config import Preset
+from coa_lab.generation.models import cpu_autocast_enabled, effective_dtype, load_model
+from coa_lab.progress import progress_bar
+from coa_lab.prompts import task_messages
 from coa_lab.protocol import PROFILE_TOOLS, observation_spans
+from coa_lab.training import packing
+from coa_lab.training.lm_head import nll_at
 from coa_lab.trajectories import TrajectoryRecord
 
 IGNORE_INDEX = -100  # positions the cross-entropy loss skips
+# transformers is imported inside the functions that build the Trainer: the pipeline imports this
+# module for stages that never train SFT, and transformers' Trainer costs seconds (as decoding.py)
 
 
 def encode_example(tokenizer, messages: list[dict], trajectory: str, max_length: int | None = None,
@@ -59,8 +69,6 @@ def record_messages(rec: TrajectoryRecord) -> list[dict]:
 
 def pad_batch(rows: list[dict], pad_id: int) -> dict:
     """Right-pad a list of (input_ids, labels) rows; padding gets label -100 and attention 0."""
-    import torch
-
     width = max(len(r["input_ids"]) for r in rows)
     ids = [r["input_ids"] + [pad_id] * (width - len(r["input_ids"])) for r in rows]
     labels = [r["labels"] + [IGNORE_INDEX] * (width - len(r["labels"])) for r in rows]
@@ -73,10 +81,6 @@ def pack_batch(rows: list[dict], pad_id: int) -> dict:
     (the system instruction) compute it once, and no padding is computed. `labels` stay per
     example ([n, L], right-padded with -100) so the Trainer counts them as it does for
     `pad_batch`; `packed_index[i, t]` is the packed column of token t of example i."""
-    import torch
-
-    from coa_lab.training import packing
-
     packed = packing.pack([[r["input_ids"] for r in rows]], pad_id)
     width = max(len(r["input_ids"]) for r in rows)
     labels = [r["labels"] + [IGNORE_INDEX] * (width - len(r["labels"])) for r in rows]
@@ -88,11 +92,6 @@ def pack_batch(rows: list[dict], pad_id: int) -> dict:
 def _packed_lm_loss(model, batch: dict):
     """Summed next-token cross-entropy of a `pack_batch` batch: target (i, t) is predicted at
     the packed column of token t-1 of example i; the LM head runs only on those columns."""
-    import torch
-
-    from coa_lab.training import packing
-    from coa_lab.training.lm_head import nll_at
-
     labels, index = batch["labels"], batch["packed_index"]
     wanted = labels[:, 1:] != IGNORE_INDEX  # [n, L-1]
     columns = index[:, :-1][wanted]
@@ -113,10 +112,6 @@ def masked_lm_loss(model, batch: dict, num_items_in_batch=None):
     `num_items_in_batch` when the Trainer counts labels across accumulation steps, else the
     mean over this batch's labels -- what transformers' own causal-LM loss computes. Takes a
     padded batch (`pad_batch`) or a packed one (`pack_batch`): the same loss either way."""
-    import torch
-
-    from coa_lab.training.lm_head import nll_at
-
     labels = batch["labels"]
     if "packed_index" in batch:
         loss = _packed_lm_loss(model, batch)
@@ -139,16 +134,15 @@ def collator(model, pad_id: int):
     """The batch builder for `model`: packed where its attention takes a 4D mask (sdpa, eager,
     the CPU sdpa), padded otherwise (flash-attention, or any model under unsloth, which drops the
     mask in train mode: packing.supported). benchmarks/bench_sft.py measures both."""
-    from coa_lab.training import packing
-
     if packing.supported(model):
         return lambda rows: pack_batch(rows, pad_id)
     return lambda rows: pad_batch(rows, pad_id)
 
 
 def masked_trainer():
-    """transformers' Trainer with `masked_lm_loss` (built lazily: the import is heavy)."""
+    """transformers' Trainer with `masked_lm_loss`."""
     from transformers import Trainer
+    from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 
     class MaskedLMTrainer(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -160,17 +154,11 @@ def masked_trainer():
             return (loss, None) if return_outputs else loss
 
         def _load_optimizer_and_scheduler(self, checkpoint):
-            import os
-
-            import torch
-
             if checkpoint is None or torch.cuda.is_available() or self.args.world_size <= 1:
                 return super()._load_optimizer_and_scheduler(checkpoint)
             # CPU ranks under `accelerate launch` (gloo): transformers maps the optimizer state to
             # args.device, "cpu:0", a location torch.load cannot restore to; the state is CPU-resident
             # anyway (tests/e2e/test_distributed.py resumes SFT on two CPU ranks)
-            from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
-
             self.optimizer.load_state_dict(torch.load(os.path.join(checkpoint, OPTIMIZER_NAME), map_location="cpu",
                                                       weights_only=True))
             self.lr_scheduler.load_state_dict(torch.load(os.path.join(checkpoint, SCHEDULER_NAME), weights_only=True))
@@ -181,7 +169,6 @@ def masked_trainer():
 def progress_callback():
     """A tqdm.auto bar over optimizer steps with the latest loss (a widget in notebooks, a bar
     in a terminal); the Trainer's own bar is off because it also prints every log dict."""
-    from coa_lab.progress import progress_bar
     from transformers import TrainerCallback
 
     class TqdmProgress(TrainerCallback):
@@ -231,10 +218,8 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
     the seeded sampler's, and a resumed run skips the batches already seen). resume=True
     continues from the newest checkpoint (the loss curve then includes the steps before it);
     with none there, it starts afresh. callbacks: extra transformers TrainerCallbacks."""
-    import torch
-
-    from coa_lab import distributed
-    from coa_lab.generation.models import cpu_autocast_enabled, load_model
+    from transformers import set_seed
+    from transformers.trainer_callback import PrinterCallback
 
     if not records:
         raise ValueError("no trajectories to train on: distillation kept none (see the filter report)")
@@ -244,7 +229,6 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
     # The arguments before the model: under a DeepSpeed ZeRO-3 launch config they switch on
     # zero.Init, so from_pretrained loads each rank's shard instead of the whole model per GPU.
     args = _training_args(preset, out_dir, cuda, cpu_autocast_enabled(preset.model))
-    from transformers import set_seed
 
     set_seed(preset.seed)  # the LoRA initialisation depends on the seed alone (and not on what ran before)
     model, tokenizer = load_model(preset.model, trainable=True)
@@ -257,8 +241,6 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
     trainer = masked_trainer()(model=model, args=args, train_dataset=rows,  # a list of dicts is a map-style dataset
                       data_collator=collator(model, tokenizer.pad_token_id),
                       callbacks=[progress_callback(), *(callbacks or [])])
-    from transformers.trainer_callback import PrinterCallback
-
     trainer.remove_callback(PrinterCallback)  # its per-step log dicts: the bar shows the loss instead
     checkpoint = latest_checkpoint(out_dir) if resume else None
     output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -278,8 +260,6 @@ def precision(preset: Preset, cuda: bool, cpu_bf16: bool) -> dict[str, bool]:
     """The Trainer's mixed precision. CPU: fp32 master weights with bf16 autocast where the CPU
     has bf16 units (models.compute_context). GPU: the preset's bf16, or loss-scaled fp16 on a card
     without bf16 (models.effective_dtype)."""
-    from coa_lab.generation.models import effective_dtype
-
     dtype = effective_dtype(preset.model)
     return {"bf16": (cuda and dtype == "bfloat16") or (not cuda and cpu_bf16), "fp16": cuda and dtype == "float16"}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from coa_lab.distill.importers import detect_trajectory_format, load_imported
 from coa_lab.trajectories import TrajectoryRecord, load_records
 from coa_lab.viz.style import FONT, esc
 from coa_lab.viz.trajectory import as_record, grammar_violations, record_html
@@ -26,8 +27,6 @@ def _load_path(path: str | Path) -> list[TrajectoryRecord]:
     except json.JSONDecodeError:
         row = {}  # let load_records name the broken line
     if isinstance(row, dict) and row and "text" not in row:
-        from coa_lab.distill.importers import detect_trajectory_format, load_imported
-
         if detect_trajectory_format(row) is not None:
             return [t.to_record() for t in load_imported(path)]
     return load_records(path)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import subprocess
+import time
 from pathlib import Path
+
+from coa_lab.machine import machine_peak
+from coa_lab.paths import PROJECT_ROOT
 
 
 def plot_curves(values: dict[str, list[float]], title: str = "", ylabel: str = "", xlabel: str = "step"):
@@ -37,14 +43,9 @@ def save_figure(fig, path: str | Path, data: dict) -> Path:
     """Write `fig` as PNG and, beside it, the numbers it plots with where and when they were
     measured (`<name>.json`). A notebook's full run saves into notebooks/figures/, which its
     text embeds: a reader on a code host sees the result of a real run without running it."""
-    import platform
-    import subprocess
-    import time
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    from coa_lab.paths import PROJECT_ROOT
 
     try:
         # the commit of the code that drew it: the lab's checkout, wherever the figure is written
@@ -57,8 +58,6 @@ def save_figure(fig, path: str | Path, data: dict) -> Path:
     except (OSError, subprocess.SubprocessError):
         commit = None  # not a git checkout: the figure is still real, its commit unknown
     # the matmul probe beside the numbers: a figure's seconds mean little without it
-    from coa_lab.machine import machine_peak
-
     meta = {"figure": path.name, "date": time.strftime("%Y-%m-%d"), "commit": commit,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "probe": machine_peak(), "data": data}
     path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -60,14 +60,14 @@ class Fakes:
 
 @pytest.fixture
 def fakes(monkeypatch):
-    from coa_lab import evaluate, pipeline
-    from coa_lab.generation import llm
+    from coa_lab import pipeline
+    from coa_lab.rl_arms import readout
 
     f = Fakes()
     monkeypatch.setattr(pipeline, "rl", f.rl)
     monkeypatch.setattr(pipeline, "make_tools", lambda preset: None)
-    monkeypatch.setattr(evaluate, "evaluate", f.evaluate)
-    monkeypatch.setattr(llm, "make_generator", lambda preset, adapter: str(adapter))
+    monkeypatch.setattr(readout, "evaluate", f.evaluate)
+    monkeypatch.setattr(readout, "make_generator", lambda preset, adapter: str(adapter))
     return f
 
 

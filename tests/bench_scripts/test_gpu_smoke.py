@@ -82,7 +82,9 @@ def test_gpu_smoke_publish_writes_rates_from_the_logged_seconds(tmp_path, monkey
 def test_colab_t4_fits_a_t4_and_plans_under_two_hours():
     """The course preset: 4-bit on a 16 GB card, fp16 there (no bf16), the whole recipe planned
     under 2 h, training and rollouts each within the card with the planner's margin."""
-    from coa_lab.planning.memory_plan import MEMORY_MARGIN, plan, shape_of
+    from coa_lab.generation.engine_share import MEMORY_MARGIN
+    from coa_lab.generation.model_shape import shape_of
+    from coa_lab.planning.memory_plan import plan
     from coa_lab.planning.step_time import step_time
 
     preset = get_preset("colab-t4")

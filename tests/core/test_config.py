@@ -174,7 +174,8 @@ def test_colab_t4_trains_a_model_that_fp16_does_not_overflow_and_fits_a_t4(monke
     import torch
 
     from coa_lab.generation.models import effective_dtype
-    from coa_lab.planning.memory_plan import MEMORY_MARGIN, shape_of
+    from coa_lab.generation.engine_share import MEMORY_MARGIN
+    from coa_lab.generation.model_shape import shape_of
     from coa_lab.planning.plan_report import planner_report
 
     preset = get_preset("colab-t4")

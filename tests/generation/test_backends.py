@@ -61,7 +61,9 @@ def test_rollout_batch_reads_the_models_kv_shape():
 
 
 def test_the_planner_sizes_the_rollout_batch_from_the_same_budget():
-    from coa_lab.planning.memory_plan import kv_bytes_per_token, plan, shape_of
+    from coa_lab.generation.engine_share import kv_bytes_per_token
+    from coa_lab.generation.model_shape import shape_of
+    from coa_lab.planning.memory_plan import plan
 
     preset = get_preset("gpu-3b-qlora")
     shape = shape_of(preset.model.name)

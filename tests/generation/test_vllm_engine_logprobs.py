@@ -116,10 +116,10 @@ def test_one_engine_per_process_reused_then_shut_down_before_the_next(fake_vllm)
 def test_the_rl_sampler_shares_the_evaluation_engine(fake_vllm, monkeypatch):
     """make_generator (evaluation, screening) and rl_sampler ask for the same engine settings."""
     from coa_lab.config import get_preset
-    from coa_lab.generation import llm, models
+    from coa_lab.generation import llm
 
-    monkeypatch.setattr(models, "load_tokenizer", lambda name: types.SimpleNamespace(eos_token_id=2))
-    monkeypatch.setattr(models, "resolve_model", lambda name: "student")
+    monkeypatch.setattr(llm, "load_tokenizer", lambda name: types.SimpleNamespace(eos_token_id=2))
+    monkeypatch.setattr(llm, "resolve_model", lambda name: "student")
     monkeypatch.setattr(llm, "resolve_backend", lambda backend: "vllm")
     preset = get_preset("gpu-smoke")
     first = llm.make_generator(preset)
@@ -147,5 +147,5 @@ def test_the_engine_computes_in_the_trainers_dtype(monkeypatch):
     assert llm.engine_dtype(get_preset("cpu-smoke", model={"cpu_autocast_bf16": False}).model) == "float32"
     models.cpu_bf16_is_fast.cache_clear()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(models, "effective_dtype", lambda cfg: "float16")  # a T4
+    monkeypatch.setattr(llm, "effective_dtype", lambda cfg: "float16")  # a T4
     assert llm.engine_dtype(get_preset("gpu-smoke").model) == "float16"

@@ -606,15 +606,17 @@ def test_sampling_through_the_server_returns_the_sampled_tokens_logprobs(lab):
 
 def test_the_engines_share_of_the_gpu_comes_from_the_plan(monkeypatch):
     """gen.vllm_memory_fraction None: the pipeline's stages fill it with the rollout side's planned
-    need on this card, with the planner's margin (planning.memory_plan.with_engine_share); a card
-    too small for trainer and sampler together is warned about; an explicit fraction is kept, and
-    a generator built straight from an unfilled preset takes 0.5."""
+    need on this card, with the planner's margin (generation.engine_share.with_engine_share, the
+    numbers `coa-lab plan` prints); an explicit fraction is kept, and a generator built straight
+    from an unfilled preset takes 0.5."""
     import types
 
     import torch
 
     import coa_lab.generation.llm as llm
-    from coa_lab.planning.memory_plan import GIB, MEMORY_MARGIN, plan, shape_of, with_engine_share
+    from coa_lab.generation.engine_share import GIB, MEMORY_MARGIN, with_engine_share
+    from coa_lab.generation.model_shape import shape_of
+    from coa_lab.planning.memory_plan import plan
 
     preset = get_preset("gpu-3b-qlora")
     assert preset.gen.vllm_memory_fraction is None and llm.vllm_share(preset) == 0.5
@@ -624,10 +626,7 @@ def test_the_engines_share_of_the_gpu_comes_from_the_plan(monkeypatch):
     assert llm.vllm_share(filled) == round(rollout * MEMORY_MARGIN / 80, 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=24 * GIB))
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the card the preset is sized for (an L4) holds both, with the margin
-        with_engine_share(preset)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=20 * GIB))
-    with pytest.warns(UserWarning, match="tight on this 20 GiB card"):
-        with_engine_share(preset)
+        warnings.simplefilter("error")  # the card the preset is sized for (an L4): 0.44, as `coa-lab plan` says
+        assert llm.vllm_share(with_engine_share(preset)) == round(rollout * MEMORY_MARGIN / 24, 2) == 0.44
     explicit = get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.4})
     assert with_engine_share(explicit) is explicit and llm.vllm_share(explicit) == 0.4

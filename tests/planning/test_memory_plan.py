@@ -8,14 +8,15 @@ import sys
 import pytest
 
 from coa_lab.cli import main
-from coa_lab.training.lm_head import CHUNK
 from coa_lab.config import get_preset
-from coa_lab.planning.memory_plan import (GIB, MEMORY_MARGIN, RECOMPUTE_BYTES, ModelShape, fit_verdict, lora_params, plan, qwen2_biases,
-                                          shape_of)
+from coa_lab.generation.engine_share import GIB, MEMORY_MARGIN
+from coa_lab.generation.model_shape import ModelShape, qwen2_biases, shape_of
+from coa_lab.planning.memory_plan import RECOMPUTE_BYTES, fit_verdict, lora_params, plan
 from coa_lab.planning.plan_report import (MEMORY_RATIO_RANGE, SFT_TOKENS_PER_S_ERROR, UPDATE_SECONDS_ERROR,
                                           VALIDATION_JSON, VALIDATION_JSON_AUTOCAST, VALIDATION_JSON_CHUNKED,
                                           VALIDATION_RUNS, calibration, run_gpu)
 from coa_lab.planning.step_time import GPUS, GPUSpec, attention_flops, gpu_spec, matmul_params, step_time, train_flops
+from coa_lab.training.lm_head import CHUNK
 
 TOY = ModelShape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10, tied=True)
 

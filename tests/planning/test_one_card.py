@@ -16,8 +16,10 @@ import pytest
 from coa_lab import pipeline
 from coa_lab.config import get_preset
 from coa_lab.generation import vllm_engine
-from coa_lab.planning.memory_plan import (ALONE_SHARE_CAP, GIB, MEMORY_MARGIN, engine_alone, engine_weight_bytes,
-                                          kv_bytes_per_token, params_of, plan, rl_on_one_card, shape_of, weight_bytes)
+from coa_lab.generation.engine_share import (ALONE_SHARE_CAP, GIB, MEMORY_MARGIN, engine_alone, engine_weight_bytes,
+                                             kv_bytes_per_token, with_engine_alone, with_engine_share)
+from coa_lab.generation.model_shape import shape_of
+from coa_lab.planning.memory_plan import params_of, plan, rl_fit_warning, rl_on_one_card, weight_bytes
 
 EVENTS: list = []
 TRAINERS: weakref.WeakSet = weakref.WeakSet()  # RL's stand-in trainers still alive
@@ -48,13 +50,9 @@ def stand_ins(monkeypatch, tmp_path):
     and engine_for to a stand-in vLLM on a 24 GiB card."""
     import torch
 
-    from coa_lab import evaluate
-    from coa_lab.capture import recorder
     from coa_lab.capture.recorder import CaptureResult
-    from coa_lab.generation import backends, llm, models
-    from coa_lab.rl import pool, trainer
+    from coa_lab.generation import llm
     from coa_lab.rl.pool import PoolReport
-    from coa_lab.training import sft
 
     vllm = types.ModuleType("vllm")
     vllm.LLM = _LLM
@@ -65,10 +63,10 @@ def stand_ins(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "vllm.lora.request", lora)
     monkeypatch.setattr(vllm_engine, "require", lambda package, extra: None)
     monkeypatch.setattr(vllm_engine, "_ENGINE", {"key": None, "llm": None})
-    monkeypatch.setattr(backends, "resolve_backend", lambda backend: "vllm")
+    monkeypatch.setattr(pipeline, "resolve_backend", lambda backend: "vllm")
     monkeypatch.setattr(llm, "resolve_backend", lambda backend: "vllm")
-    monkeypatch.setattr(models, "resolve_model", lambda name: name)
-    monkeypatch.setattr(models, "load_tokenizer", lambda name: types.SimpleNamespace(eos_token_id=2))
+    monkeypatch.setattr(llm, "resolve_model", lambda name: name)
+    monkeypatch.setattr(llm, "load_tokenizer", lambda name: types.SimpleNamespace(eos_token_id=2))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(total_memory=24 * GIB))
 
     def capture_runs(backend, tasks, tools, preset, traces, resume=True):
@@ -95,13 +93,14 @@ def stand_ins(monkeypatch, tmp_path):
         EVENTS.append((f"{label} evaluated", generator.engine.share, trainer))
         return types.SimpleNamespace(summary=lambda: {})
 
-    monkeypatch.setattr(recorder, "capture_runs", capture_runs)
-    monkeypatch.setattr(sft, "train_sft", train_sft)
-    monkeypatch.setattr(pool, "select_pool", select_pool)
-    monkeypatch.setattr(trainer, "train_rl", train_rl)
-    monkeypatch.setattr(evaluate, "evaluate", evaluate_one)
-    monkeypatch.setattr(evaluate, "save_eval", lambda result, out: None)
-    monkeypatch.setattr(evaluate, "teacher_eval", lambda runs, key_of=None: {})
+    # where the pipeline's stages look them up
+    monkeypatch.setattr(pipeline, "capture_runs", capture_runs)
+    monkeypatch.setattr(pipeline, "train_sft", train_sft)
+    monkeypatch.setattr(pipeline, "select_pool", select_pool)
+    monkeypatch.setattr(pipeline, "train_rl", train_rl)
+    monkeypatch.setattr(pipeline, "evaluate", evaluate_one)
+    monkeypatch.setattr(pipeline, "save_eval", lambda result, out: None)
+    monkeypatch.setattr(pipeline, "teacher_eval", lambda runs, key_of=None: {})
     (tmp_path / "distill").mkdir()
     (tmp_path / "distill" / "kept.jsonl").write_text("")
     EVENTS.clear()
@@ -253,30 +252,24 @@ def test_gpu_3b_qlora_holds_trainer_and_engine_on_one_l4():
         assert report["sampler"] == "vllm-engine"
 
 
-def test_the_engine_share_on_an_l4_needs_no_warning_and_a_smaller_card_gets_one(monkeypatch):
-    """with_engine_share (the pipeline's stages call it): on 24 GiB the pair fits, so no warning; on
-    20 GiB it is tight and on 16 it does not fit, and the warning says which."""
+def test_rls_engine_share_is_the_planners_on_every_card(monkeypatch):
+    """with_engine_share (RL's stage calls it, without the planner) fills the share `coa-lab plan`
+    shows for this card; whether trainer and engine fit together is the planner's verdict: on an
+    L4's 24 GiB they fit, on 20 GiB it is tight, on 16 they do not fit."""
     import warnings
 
     import torch
 
-    from coa_lab.planning.memory_plan import with_engine_share
-
-    def card(gib):
+    for gib, verdict in ((24, "fits"), (20, "tight"), (16, "does not fit"), (80, "fits")):
         total = types.SimpleNamespace(total_memory=gib * GIB)
-        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: total)
-
-    card(24)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        filled = with_engine_share(get_preset("gpu-3b-qlora"))
-    assert filled.gen.vllm_memory_fraction == rl_on_one_card(plan(filled), 24)["vllm_memory_fraction"] == 0.44
-    card(20)
-    with pytest.warns(UserWarning, match="is tight on this 20 GiB card"):
-        with_engine_share(get_preset("gpu-3b-qlora"))
-    card(16)
-    with pytest.warns(UserWarning, match="does not fit on this 16 GiB card"):
-        with_engine_share(get_preset("gpu-3b-qlora"))
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i, total=total: total)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            filled = with_engine_share(get_preset("gpu-3b-qlora"))
+        planned = rl_on_one_card(plan(filled), gib)
+        assert filled.gen.vllm_memory_fraction == planned["vllm_memory_fraction"], gib
+        assert planned["rl_together"] == verdict, gib
+    assert rl_on_one_card(plan(get_preset("gpu-3b-qlora")), 24)["vllm_memory_fraction"] == 0.44
 
 
 # --- capture and evaluation have the card alone -----------------------------------------------
@@ -323,8 +316,6 @@ def test_the_alone_share_respects_an_explicit_fraction_and_fills_one_from_this_c
     wins; None is filled from this card's plan (0.9 on an L4, less on an H200, where 256 rows fit)."""
     import torch
 
-    from coa_lab.planning.memory_plan import with_engine_alone
-
     explicit = get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.6})
     assert with_engine_alone(explicit) is explicit
     for gib, share in ((24, 0.9), (141, engine_alone(get_preset("gpu-3b-qlora"), 141)["vllm_memory_fraction"])):
@@ -332,3 +323,16 @@ def test_the_alone_share_respects_an_explicit_fraction_and_fills_one_from_this_c
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i, total=total: total)
         assert with_engine_alone(get_preset("gpu-3b-qlora")).gen.vllm_memory_fraction == share
     assert share == 0.22  # (5.75 GiB + 256 x 72 MiB) x 1.3 / 141, rounded up
+
+
+def test_the_cli_warns_before_rl_where_trainer_and_engine_do_not_fit():
+    """The planner's verdict is `coa-lab rl`'s pre-flight (no stage asks the planner): the one-GPU
+    preset fits an L4 (24 GiB) and does not fit half of it; a hand-set share or a server engine
+    leaves the card to the user."""
+    preset = get_preset("gpu-3b-qlora")
+    assert rl_fit_warning(preset, 24.0) is None
+    message = rl_fit_warning(preset, 12.0)
+    assert message and "does not fit" in message and "coa-lab plan --preset gpu-3b-qlora" in message
+    assert rl_fit_warning(get_preset("gpu-3b-qlora", gen={"vllm_memory_fraction": 0.3}), 12.0) is None
+    assert rl_fit_warning(get_preset("gpu-3b-qlora", gen={"backend": "vllm-server"}), 12.0) is None
+    assert rl_fit_warning(get_preset("gpu-3b-qlora", model={"name": "someone/unknown-model"}), 12.0) is None

@@ -106,6 +106,21 @@ def test_attention_only_int8_quantizes_the_four_projections_and_drifts_less():
     assert gaps["attention"] < gaps["all"]  # total variation per position
 
 
+@pytest.mark.model
+def test_a_bf16_policy_gets_an_fp32_int8_twin_that_runs():
+    """A GPU preset's bf16 weights on a CPU (notebook 07 under gpu-smoke): the int8 kernels take
+    fp32 activations, so the twin is fp32 around its int8 matmuls; the policy keeps its dtype."""
+    preset = get_preset("cpu-smoke", model={"cpu_autocast_bf16": False, "dtype": "bfloat16"})
+    model, tok = load_model(preset.model, trainable=True)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    twin = int8_copy(model, "attention")
+    ids = tok("<think>17 + 25 = 42.</think><answer>42</answer>", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        logits = twin(ids).logits
+    assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
 def test_an_unknown_int8_choice_is_refused_before_anything_loads(tmp_path):
     from coa_lab.rl.trainer import train_rl
 

@@ -131,7 +131,6 @@ def test_a_reused_screening_is_rewritten_with_its_rollout_count(tmp_path, monkey
     import json
     from types import SimpleNamespace
 
-    import coa_lab.rl.trainer as trainer
     from coa_lab import pipeline
 
     preset = get_preset("cpu-smoke")
@@ -142,7 +141,7 @@ def test_a_reused_screening_is_rewritten_with_its_rollout_count(tmp_path, monkey
     (tmp_path / "rl" / "pool.json").write_text(json.dumps(screened))
     monkeypatch.setattr(pipeline, "make_tools", lambda preset: None)
     trained = []
-    monkeypatch.setattr(trainer, "train_rl", lambda preset, pool, *a, **k: trained.append(pool) or SimpleNamespace(metrics=[]))
+    monkeypatch.setattr(pipeline, "train_rl", lambda preset, pool, *a, **k: trained.append(pool) or SimpleNamespace(metrics=[]))
     summary = pipeline.rl(preset, tmp_path, reuse_pool=True)
     assert [t.id for t in trained[0]] == ids  # trained on the screening it was handed, none drawn again
     assert json.loads((tmp_path / "rl" / "pool.json").read_text()) == screened

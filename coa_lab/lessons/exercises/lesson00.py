@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
+from coa_lab import protocol
+from coa_lab.generation.result import Generation
 from coa_lab.lessons.exercises.registry import Exercise, register
+from coa_lab.student_rollout import run_coa
+from coa_lab.tasks.records import Task
 
 
 def _without_first_observation(text: str) -> str:
-    from coa_lab import protocol
-
     start, end = protocol.observation_spans(text)[0]
     return text[:start] + text[end:]
 
@@ -17,8 +20,6 @@ def _without_first_observation(text: str) -> str:
 def _first_flagged_block(text: str, profile: str = "mhqa"):
     """The index of the block `validate` names first once the first observation is gone (its
     message, should the first complaint name no block)."""
-    from coa_lab import protocol
-
     first = protocol.validate(_without_first_observation(text), profile)[0]
     m = re.match(r"block (\d+):", first)
     return int(m.group(1)) if m else first
@@ -36,8 +37,6 @@ register(Exercise(
 
 
 def _stop_strings_with(names, new_tool: str = "calc") -> list[str]:
-    from coa_lab import protocol
-
     # the same answer before and after the learner registers the tool: it is added last either way
     return protocol.stop_strings([n for n in names if n != new_tool] + [new_tool])
 
@@ -63,18 +62,11 @@ class _SameCallEveryTurn:
         self.tokenizer = tokenizer
 
     def generate(self, prompts, max_new_tokens, temperature=0.0, top_p=1.0, stop=()):
-        from coa_lab.generation.result import Generation
-
         ids = self.tokenizer(SCRIPTED_REPLY, add_special_tokens=False)["input_ids"]
         return [Generation(ids, SCRIPTED_REPLY, "stop", len(p)) for p in prompts]
 
 
 def _scripted_rollout(tokenizer, tools, gen) -> list[int]:
-    import itertools
-
-    from coa_lab.student_rollout import run_coa
-    from coa_lab.tasks.records import Task
-
     # the question does not matter to a policy that ignores it; a math task announces the code tool
     task = Task("scripted", "What is 6 * 7?", ["42"], "exercise", "math", {})
     [r] = run_coa(_SameCallEveryTurn(tokenizer), [task], tools, gen)

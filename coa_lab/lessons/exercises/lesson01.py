@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
+from coa_lab.capture.recorder import read_traces
 from coa_lab.lessons.exercises.registry import Exercise, close, register
 
 
@@ -47,11 +51,6 @@ register(Exercise(
 
 
 def _resume_after_cut(data: bytes, tasks) -> list[int]:
-    import tempfile
-    from pathlib import Path
-
-    from coa_lab.capture.recorder import read_traces
-
     with tempfile.TemporaryDirectory() as tmp:  # the capture's own reader on the cut file, not a copy of its rules
         path = Path(tmp) / "traces.jsonl"
         path.write_bytes(data[: len(data) // 2])

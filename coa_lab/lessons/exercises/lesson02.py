@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coa_lab.distill.filters import progressive_filter
 from coa_lab.lessons.exercises.registry import Exercise, register
 
 
@@ -39,8 +40,6 @@ register(Exercise(
 
 
 def _kept_by_source(records, tasks_by_id, tok, preset, max_tokens: int) -> dict[str, int]:
-    from coa_lab.distill.filters import progressive_filter
-
     _, report = progressive_filter(records, tasks_by_id, lambda t: _n_tokens(tok, t), preset.distill.min_tool_calls,
                                    preset.distill.max_tool_calls, max_tokens)
     return {source: c["reflection"] for source, c in report.counts.items()}

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from coa_lab.lessons.exercises.registry import Exercise, close, register
+from coa_lab.rl import dapo
 
 TOY_RATIOS = (0.79, 0.81, 1.19, 1.21, 1.25, 1.29)  # the clip-higher cell's: one on each side of every bound
 
 
 def _gradients(clip_high: float, ratios=TOY_RATIOS, advantage: float = 1.0) -> list[bool]:
     import torch
-
-    from coa_lab.rl import dapo
 
     logp = torch.log(torch.tensor(ratios)).requires_grad_()
     n = len(ratios)
@@ -41,8 +40,6 @@ register(Exercise(
 def _advantages(rewards) -> list[float]:
     import torch
 
-    from coa_lab.rl import dapo
-
     return dapo.group_advantages(torch.tensor([list(map(float, rewards))]))[0].tolist()
 
 
@@ -59,8 +56,6 @@ register(Exercise(
 def _half_penalty_length(max_len: int, buffer: int) -> int:
     import torch
 
-    from coa_lab.rl import dapo
-
     lengths = torch.arange(max_len + 1)
     return int(lengths[dapo.overlong_penalty(lengths, max_len, buffer) <= -0.5][0])
 
@@ -75,20 +70,26 @@ register(Exercise(
 ))
 
 
-def _grad_tokens(loss_mask, adv) -> int:
+def _grad_tokens(loss_mask, adv, ratio, clip_low: float, clip_high: float) -> list[int]:
+    """Per rollout, the tokens whose loss still has a gradient: in the mask, an advantage that is not 0,
+    and a ratio the clamp has not cut in the direction the advantage pushes it."""
     import torch
 
-    return int((loss_mask.bool() & (torch.as_tensor(adv) != 0).unsqueeze(1)).sum())
+    adv = torch.as_tensor(adv).to(ratio.device).unsqueeze(1)  # [G, 1]
+    cut = ((adv > 0) & (ratio > 1 + clip_high)) | ((adv < 0) & (ratio < 1 - clip_low))  # [G, T]
+    return (loss_mask.bool() & (adv != 0) & ~cut).sum(dim=1).tolist()  # [G]
 
 
 register(Exercise(
     id="04.grad_tokens",
-    question="In the update by hand, how many tokens of the group received gradient? Count them from `loss_mask` "
-             "and `adv` alone, without looking at `new.grad`.",
+    question="In the second mini-batch of the update by hand (after one step, `ratio2`), how many tokens of each "
+             "rollout still get gradient? Count them from `loss_mask`, `adv` and `ratio2` alone, without a "
+             "backward pass. Answer one count per rollout.",
     truth=_grad_tokens,
-    hint="a token gets gradient when it is in the loss mask AND its sample's advantage is not 0 (before any "
-         "step the ratio is 1, so nothing is clipped yet).",
-    wrong=lambda right: right + 1,
+    hint="a token gets gradient when it is in the loss mask, its rollout's advantage is not 0, and the clamp did "
+         "not cut it: a positive advantage loses it above 1 + clip_high, a negative one below 1 - clip_low (on "
+         "the other side the pessimistic max keeps the unclipped term).",
+    wrong=lambda right: [right[0] + 1, *right[1:]],
 ))
 
 

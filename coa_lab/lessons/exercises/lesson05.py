@@ -3,6 +3,8 @@ the same tasks is worth (won/lost/tied, the paired standard error)."""
 
 from __future__ import annotations
 
+from coa_lab.comparison import paired, task_scores
+from coa_lab.evaluate import pass_at_k
 from coa_lab.lessons.exercises.registry import Exercise, register
 
 # the pass@k exercise's task: 10 samples, 3 right, pass@5 (the lesson's cell shows n = 4 only)
@@ -19,8 +21,6 @@ def _near(tol: float):
 
 
 def _pass_at_k(n: int = N, c: int = C, k: int = K) -> float:
-    from coa_lab.evaluate import pass_at_k
-
     return pass_at_k(n, c, k)
 
 
@@ -52,8 +52,6 @@ register(Exercise(
 
 
 def _paired(before, after) -> dict:
-    from coa_lab.comparison import paired, task_scores
-
     return paired(task_scores(before), task_scores(after))
 
 

@@ -3,16 +3,15 @@ checkpointing saves, and what the chunked LM head saves on each preset."""
 
 from __future__ import annotations
 
+from coa_lab.config import get_preset
 from coa_lab.lessons.exercises.registry import Exercise, register
+from coa_lab.planning.memory_plan import plan
 
 # the training-memory terms the lesson's stacked bar chart draws (plan(...).to_dict() keys)
 TERMS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib")
 
 
 def _stops_shrinking(preset_name: str = "multinode-32b", gpus=(8, 16, 64)) -> list[str]:
-    from coa_lab.config import get_preset
-    from coa_lab.planning.memory_plan import plan
-
     plans = [plan(get_preset(preset_name), g).to_dict() for g in gpus]
     return [t for t in TERMS if len({p[t] for p in plans}) == 1]
 
@@ -35,9 +34,6 @@ register(Exercise(
 
 
 def _checkpointing(preset_name: str = "gpu-3b-qlora") -> tuple[float, float]:
-    from coa_lab.config import get_preset
-    from coa_lab.planning.memory_plan import plan
-
     return tuple(plan(get_preset(preset_name, model={"gradient_checkpointing": on}), 1).train_total_gib
                  for on in (True, False))
 
@@ -57,8 +53,6 @@ register(Exercise(
 
 
 def _logits_factor(presets: dict, gpus: dict) -> dict[str, float]:
-    from coa_lab.planning.memory_plan import plan
-
     return {name: plan(p, gpus[name], logits_chunk=None).logits_gib / plan(p, gpus[name]).logits_gib
             for name, p in presets.items()}
 

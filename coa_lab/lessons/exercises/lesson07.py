@@ -3,12 +3,17 @@ whether the masking ablation's format-validity gap is larger than its paired err
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from coa_lab.comparison import paired
+from coa_lab.config import RLConfig
 from coa_lab.lessons.exercises.registry import Exercise, register
+from coa_lab.rl import dapo
+from coa_lab.training.sft import IGNORE_INDEX
+from coa_lab.trajectories import load_records
 
 
 def _trained(labels) -> int:
-    from coa_lab.training.sft import IGNORE_INDEX
-
     return sum(label != IGNORE_INDEX for label in labels)
 
 
@@ -36,8 +41,6 @@ TOY_ADVANTAGES = (1.0, -1.0)
 def _keeps_gradient(ratios, advantages, clip_low: float, clip_high: float) -> list[bool]:
     import torch
 
-    from coa_lab.rl import dapo
-
     logp = torch.log(torch.tensor(ratios)).requires_grad_()
     loss, _ = dapo.dapo_token_loss(logp, torch.zeros_like(logp), torch.tensor(advantages), torch.ones_like(logp),
                                    clip_low, clip_high)
@@ -47,8 +50,6 @@ def _keeps_gradient(ratios, advantages, clip_low: float, clip_high: float) -> li
 
 def _clip_band(ratios=TOY_RATIOS, advantages=TOY_ADVANTAGES, clip_low: float | None = None,
                clip_high: float | None = None) -> float:
-    from coa_lab.config import RLConfig
-
     # the recipe's bounds unless the lesson passes its preset's
     clip_low = RLConfig.clip_low if clip_low is None else clip_low
     clip_high = RLConfig.clip_high if clip_high is None else clip_high
@@ -71,16 +72,10 @@ register(Exercise(
 
 
 def _validity(path) -> dict[str, float]:
-    from coa_lab.trajectories import load_records
-
     return {r.task_id: float(bool(r.metadata.get("valid"))) for r in load_records(path)}
 
 
 def _validity_gain(run) -> tuple[float, float]:
-    from pathlib import Path
-
-    from coa_lab.comparison import paired
-
     # masking_ablation saves each arm's evaluation as <arm>/eval/<arm>_trajectories.jsonl
     by_arm = {arm: _validity(Path(run) / "masking" / arm / "eval" / f"{arm}_trajectories.jsonl")
               for arm in ("masked", "unmasked")}
