@@ -52,7 +52,11 @@ BUDGET = [f"eval.val_tasks={json.dumps(VAL)}", f"rl.pool={json.dumps(POOL)}", "r
 CHAIN = [f"eval.val_tasks={json.dumps(VAL)}", 'rl.pool={"math/arith": 2, "mhqa/lookup": 2}', "rl.pool_samples=2"]
 SFT_RATE = 1e-4  # the control's and RFT's rate: the SFT loss's, as the recipe's control ran it
 STATE = Path(__file__).resolve().parent / "state" / "rl_effect"  # committed outcomes, for the next session
-KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json")  # what a step's OUT holds besides weights
+KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json", "steps/*.jsonl")  # a step's outcomes, no weights
+# per step of every arm's run, what the issue asks to see: its own reward, ‖∇PG‖ beside ‖∇SFT‖, and how far the
+# weights moved (‖Δθ‖) against a drift's lr·N and a random walk's lr·√N
+STEP_FIELDS = ("step", "accuracy", "anchor_accuracy", "kept_groups", "sampled_groups", "revisit_reward", "loss",
+               "grad_norm_pg", "grad_norm_sft", "delta_norm", "lr", "lr_x_n", "lr_x_sqrt_n", "clip_frac", "entropy")
 
 
 def arms(out: Path, start: Path, arm_specs: list[str], seeds: list[int], sets: list[str], samples: int,
@@ -101,9 +105,25 @@ def sha256(adapter: Path) -> str:
     return hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
 
 
+def step_logs(step_dir: Path) -> None:
+    """Each arm run's rl/metrics.jsonl, cut to STEP_FIELDS, as step_dir/steps/<arm>_seed<k>.jsonl: an outcome
+    that outlives the run folders (which hold weights and are not kept)."""
+    for metrics in sorted(step_dir.glob("runs/*/seed*/rl/metrics.jsonl")):
+        seed_dir = metrics.parent.parent
+        if not (step_dir / "scores" / f"{seed_dir.parent.name}_{seed_dir.name}.json").exists():
+            continue  # a run still going (or killed): its log is kept once its adapter is read
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        out = step_dir / "steps" / f"{seed_dir.parent.name}_{seed_dir.name}.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text("".join(json.dumps({k: r[k] for k in STEP_FIELDS if k in r}) + "\n" for r in rows))
+
+
 def save_state(run: Path) -> None:
     """Every outcome under RUN/effect (no weights) into STATE, with the start's sha256."""
     effect = run / "effect"
+    for step_dir in effect.iterdir():
+        if step_dir.is_dir():
+            step_logs(step_dir)
     for pattern in KEPT + ("start/start.json",):
         for f in effect.rglob(pattern.split("/")[-1]):
             rel = f.relative_to(effect)
@@ -169,10 +189,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _arm_block(row: dict) -> dict:
+def _arm_block(row: dict, step_dir: Path | None = None, arm: str = "") -> dict:
     keep = ("gains", "paired_se", "mean", "ci95", "won", "lost")
-    return {"seeds": row["seeds"], "overrides": row.get("overrides"), "by_family": row.get("by_family"),
-            **{m: {k: row[m][k] for k in keep} for m in ("greedy", "avg_at_4", "pass_at_4") if m in row}}
+    block = {"seeds": row["seeds"], "overrides": row.get("overrides"), "by_family": row.get("by_family"),
+             **{m: {k: row[m][k] for k in keep} for m in ("greedy", "avg_at_4", "pass_at_4") if m in row}}
+    if step_dir is not None:  # the runs' per-step logs, by seed (step_logs)
+        logs = {f"seed{s}": step_dir / "steps" / f"{arm}_seed{s}.jsonl" for s in row["seeds"]}
+        block["steps"] = {seed: [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+                          for seed, f in logs.items() if f.exists()}
+        block["step_summary"] = {seed: step_summary(rows) for seed, rows in block["steps"].items() if rows}
+    return block
+
+
+def step_summary(rows: list[dict]) -> dict:
+    """A run's log in the few numbers the docs quote: its own reward, ‖∇PG‖ and entropy over the first
+    and second half of its steps; ‖Δθ‖'s growth from the first step that moved to the last, beside the
+    growth of lr·N (a steady drift would match it) and of lr·√N (a random walk would)."""
+    half = len(rows) // 2
+
+    def halves(key: str) -> list[float | None]:
+        parts = [[r[key] for r in rows[:half] if r.get(key) is not None],
+                 [r[key] for r in rows[half:] if r.get(key) is not None]]
+        return [sum(p) / len(p) if p else None for p in parts]
+
+    moved = [r for r in rows if r.get("delta_norm")]
+    growth = {k: moved[-1][k] / moved[0][k] for k in ("delta_norm", "lr_x_n", "lr_x_sqrt_n")
+              if len(moved) > 1 and moved[0].get(k)}
+    return {"halves": {k: halves(k) for k in ("accuracy", "grad_norm_pg", "grad_norm_sft", "entropy")},
+            "growth": growth, "from_step": moved[0]["step"] if moved else None,
+            "to_step": moved[-1]["step"] if moved else None}
 
 
 def publish(run: Path) -> None:
@@ -189,17 +234,19 @@ def publish(run: Path) -> None:
                         "arms": {a: _arm_block(r) for a, r in s1["arms"].items()}}
     if sweep.exists():
         s = json.loads(sweep.read_text())
+        step_logs(sweep.parent)
         out["sweep"] = {"split": s["split"], "tasks": s["tasks"], "sft": {m: s["sft"][m] for m in s["metrics"]},
                         "sft_by_family": s["sft"]["by_family"],
-                        "arms": {a: _arm_block(r) for a, r in s["arms"].items()}}
+                        "arms": {a: _arm_block(r, sweep.parent, a) for a, r in s["arms"].items()}}
     for split in ("val", "confirm"):
         f = run / "effect" / split / "arms.json"
         if not f.exists():
             continue
         t = json.loads(f.read_text())
+        step_logs(f.parent)
         block = {"split": split, "tasks": t["tasks"], "task_ids": t["task_ids"], "seeds": t["seeds"],
                  "sft": {m: t["sft"][m] for m in t["metrics"]},
-                 "arms": {a: _arm_block(r) for a, r in t["arms"].items()}}
+                 "arms": {a: _arm_block(r, f.parent, a) for a, r in t["arms"].items()}}
         for name, diff in t.items():
             if "_minus_" in name and isinstance(diff, dict):
                 block[name] = {"seeds": diff["seeds"], **{m: {k: diff[m][k] for k in

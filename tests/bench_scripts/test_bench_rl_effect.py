@@ -84,3 +84,41 @@ def test_saved_outcomes_return_only_for_the_same_start(bench, tmp_path):
     _with_start(other, b"another machine's weights")
     bench.restore(other, "sweep")
     assert not (other / "effect" / "sweep").exists()  # its outcomes would not pair: start over
+
+
+def test_each_arm_runs_step_log_outlives_its_run_folder(bench, tmp_path):
+    """save-state keeps every arm run's per-step log (‖∇PG‖, ‖Δθ‖, its own reward), cut to STEP_FIELDS,
+    outside runs/ (weights, not kept); a restored step still has it."""
+    run = tmp_path / "run"
+    _with_start(run, b"start")
+    metrics = run / "effect" / "sweep" / "runs" / "rl_lr2e-05" / "seed0" / "rl" / "metrics.jsonl"
+    metrics.parent.mkdir(parents=True)
+    rows = [{"step": k, "accuracy": 0.5 + k / 10, "grad_norm_pg": 0.1, "delta_norm": 0.02 * k, "seconds": 99.0}
+            for k in range(3)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    unfinished = run / "effect" / "sweep" / "runs" / "rl_lr5e-05" / "seed0" / "rl" / "metrics.jsonl"
+    unfinished.parent.mkdir(parents=True)
+    unfinished.write_text(json.dumps(rows[0]) + "\n")  # no score yet: still running, not an outcome
+    (run / "effect" / "sweep" / "scores").mkdir()
+    (run / "effect" / "sweep" / "scores" / "rl_lr2e-05_seed0.json").write_text("{}")
+    bench.save_state(run)
+    assert not (bench.STATE / "sweep" / "steps" / "rl_lr5e-05_seed0.jsonl").exists()
+    saved = bench.STATE / "sweep" / "steps" / "rl_lr2e-05_seed0.jsonl"
+    kept = [json.loads(x) for x in saved.read_text().splitlines()]
+    assert kept == [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+    again = tmp_path / "again"
+    _with_start(again, b"start")
+    bench.restore(again, "sweep")
+    assert (again / "effect" / "sweep" / "steps" / "rl_lr2e-05_seed0.jsonl").read_text() == saved.read_text()
+    assert bench._arm_block({"seeds": [0, 1]}, again / "effect" / "sweep", "rl_lr2e-05")["steps"] == {"seed0": kept}
+
+
+def test_a_runs_step_summary_reads_its_reward_halves_and_how_its_weights_moved(bench):
+    rows = [{"step": 0, "accuracy": 0.4, "entropy": 0.2, "delta_norm": 0.0, "lr_x_n": 0.0, "lr_x_sqrt_n": 0.0}] + \
+        [{"step": k, "accuracy": 0.4 + 0.1 * (k >= 2), "entropy": 0.1, "delta_norm": 0.01 * k, "lr_x_n": 1e-5 * k,
+          "lr_x_sqrt_n": 1e-5 * k ** 0.5} for k in range(1, 4)]
+    summary = bench.step_summary(rows)
+    assert summary["halves"]["accuracy"] == pytest.approx([0.4, 0.5]) and summary["halves"]["grad_norm_pg"] == [None, None]
+    assert summary["halves"]["entropy"] == pytest.approx([0.15, 0.1])
+    assert (summary["from_step"], summary["to_step"]) == (1, 3)  # step 0 did not move the weights
+    assert summary["growth"] == pytest.approx({"delta_norm": 3.0, "lr_x_n": 3.0, "lr_x_sqrt_n": 3 ** 0.5})
