@@ -23,7 +23,8 @@ saved start's sha256 (the same adapter, so the outcomes pair), and otherwise sta
    screened once from ~200 candidates, read greedy and avg@4 / pass@4 at the sampling temperature.
 3. arms: control (more SFT), rft (SFT on the student's own correct rollouts of the same sampler
    and pool), rl (the policy gradient alone, at the chosen rate), rl+ptx (the recipe at that rate),
-   over the seeds, paired against the start and against rft.
+   over the seeds, paired against the start and against rft. Every step trains on the sweep's pool, and on
+   validation `rl` seed 0 is the sweep's run at the chosen rate (the same settings: not run twice).
 Every arm shares BUDGET: ~1,400 rollouts a run (16 steps x 6 questions x 8 samples + 3 anchor
 groups a step), one optimizer step per sampled batch, a 2-step warm-up, advantages without the
 std division (Dr. GRPO: a lone success in a group of 4 was weighed +1.73 under std-normalisation).
@@ -151,6 +152,32 @@ def restore(run: Path, step: str) -> None:
     print(f"restored {step}'s saved outcomes from {saved}")
 
 
+def from_sweep(run: Path, split: str, rate: float) -> None:
+    """A new arms step starts from what the sweep already measured with the same settings: its pool (every
+    arm and seed trains on ONE screening), and on validation its reading of the start and its seed-0 run at
+    the chosen rate, which is the `rl` arm's seed 0 (same start, budget, pool, seed and overrides).
+    Why: a screening is ~730 rollouts and a run ~50 minutes; redoing them would re-measure the same thing."""
+    sweep, out = run / "effect" / "sweep", run / "effect" / split
+    if not (sweep / "pool.json").exists():
+        return
+    (out / "scores").mkdir(parents=True, exist_ok=True)
+    if not (out / "pool.json").exists():
+        shutil.copy(sweep / "pool.json", out / "pool.json")
+    if split != "val":
+        return
+    name = f"rl_lr{rate:g}"
+    for src, dst in ((sweep / "settings.json", out / "settings.json"),
+                     (sweep / "scores" / "sft.json", out / "scores" / "sft.json"),
+                     (sweep / "steps" / f"{name}_seed0.jsonl", out / "steps" / "rl_seed0.jsonl")):
+        if src.exists() and not dst.exists():
+            dst.parent.mkdir(exist_ok=True)
+            shutil.copy(src, dst)
+    score, dst = sweep / "scores" / f"{name}_seed0.json", out / "scores" / "rl_seed0.json"
+    if score.exists() and not dst.exists():
+        dst.write_text(json.dumps({**json.loads(score.read_text()), "arm": "rl", "from": f"sweep/{name}_seed0"}))
+        print(f"rl seed 0 is the sweep's {name} run (same settings); the pool and the start's reading are the sweep's")
+
+
 def rl_arm(name: str, rate: float, ptx: bool = False) -> str:
     return f"{name}=rl.learning_rate={rate},rl.sft_coef={1.0 if ptx else 0.0}"
 
@@ -179,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.rate is None:
             raise SystemExit("give --rate: the policy gradient's rate the sweep chose on validation")
         restore(args.run, args.split)
+        from_sweep(args.run, args.split, args.rate)
         specs = [f"control=rl.pg_coef=0,rl.sft_coef=1.0,rl.learning_rate={SFT_RATE}",
                  f"rft=rl.advantage=rft,rl.sft_coef=0.0,rl.learning_rate={SFT_RATE}",
                  rl_arm("rl", args.rate), rl_arm("rl+ptx", args.rate, ptx=True)]

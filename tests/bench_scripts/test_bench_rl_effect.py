@@ -122,3 +122,33 @@ def test_a_runs_step_summary_reads_its_reward_halves_and_how_its_weights_moved(b
     assert summary["halves"]["entropy"] == pytest.approx([0.15, 0.1])
     assert (summary["from_step"], summary["to_step"]) == (1, 3)  # step 0 did not move the weights
     assert summary["growth"] == pytest.approx({"delta_norm": 3.0, "lr_x_n": 3.0, "lr_x_sqrt_n": 3 ** 0.5})
+
+
+def test_the_arms_start_from_the_sweeps_pool_start_reading_and_run_at_the_chosen_rate(bench, tmp_path):
+    """ONE screened pool for every step; on validation the sweep's run at the chosen rate is `rl`'s seed 0
+    (same settings), under its arm name so `coa-lab arms` skips it; the confirmation split shares only the pool."""
+    run = tmp_path / "run"
+    sweep = run / "effect" / "sweep"
+    (sweep / "scores").mkdir(parents=True)
+    (sweep / "steps").mkdir()
+    (sweep / "pool.json").write_text('{"pass_rates": {"t1": 0.5}}')
+    (sweep / "settings.json").write_text('{"split": "val"}')
+    (sweep / "scores" / "sft.json").write_text('{"arm": "sft"}')
+    overrides = {"rl": {"learning_rate": 2e-05, "sft_coef": 0.0}}
+    for rate in ("2e-05", "5e-05"):
+        (sweep / "scores" / f"rl_lr{rate}_seed0.json").write_text(json.dumps({"arm": f"rl_lr{rate}", "seed": 0,
+                                                                               "overrides": overrides}))
+        (sweep / "steps" / f"rl_lr{rate}_seed0.jsonl").write_text(json.dumps({"step": 0, "lr": float(rate)}) + "\n")
+    bench.from_sweep(run, "val", 2e-5)
+    val = run / "effect" / "val"
+    assert (val / "pool.json").read_text() == (sweep / "pool.json").read_text()
+    assert (val / "scores" / "sft.json").exists() and (val / "settings.json").exists()
+    rl = json.loads((val / "scores" / "rl_seed0.json").read_text())
+    assert rl["arm"] == "rl" and rl["overrides"] == overrides and rl["from"] == "sweep/rl_lr2e-05_seed0"
+    assert json.loads((val / "steps" / "rl_seed0.jsonl").read_text())["lr"] == 2e-5
+    assert sorted(p.name for p in (val / "scores").iterdir()) == ["rl_seed0.json", "sft.json"]
+    # the arm as `arms` defines it is the sweep's: same overrides
+    assert bench.rl_arm("rl", 2e-5).split("=", 1)[1] == "rl.learning_rate=2e-05,rl.sft_coef=0.0"
+    bench.from_sweep(run, "confirm", 2e-5)
+    confirm = run / "effect" / "confirm"
+    assert (confirm / "pool.json").exists() and list((confirm / "scores").iterdir()) == []
