@@ -35,7 +35,7 @@ from coa_lab.paths import runs_dir
 # A command imports what it runs (the stages, the server, the planner, the sandbox) when it runs:
 # `coa-lab --help` stays without torch, FastAPI and the tools (tests/repo/test_imports.py lists them).
 
-STAGES = ("capture", "distill", "sft", "rl", "eval")
+STAGES = ("capture", "distill", "sft", "rl", "control", "eval")
 
 
 def _expected(exc: BaseException) -> bool:
@@ -83,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
                         ("distill", "convert teacher runs to CoA trajectories and filter them"),
                         ("sft", "observation-masked SFT on the kept trajectories"),
                         ("rl", "DAPO RL with multi-turn tool rollouts"),
+                        ("control", "RL's control: the RL stage with the policy gradient off (run before eval)"),
                         ("eval", "score base / SFT / RL models on held-out tasks"),
                         ("demo", "all stages, then runs/<name>/report.md")]:
         p = sub.add_parser(name, help=help_, parents=[common])
@@ -234,7 +235,7 @@ def _run(args) -> int:
     run = args.run or runs_dir() / (args.preset or "cpu-smoke")
     preset = _run_folder_preset(run, args.preset, overrides, args.change_settings)
     stage = {"capture": pipeline.capture, "distill": pipeline.distill, "sft": pipeline.sft,
-             "rl": pipeline.rl, "eval": pipeline.evaluate_stage}[args.command]
+             "rl": pipeline.rl, "control": pipeline.control, "eval": pipeline.evaluate_stage}[args.command]
     if args.command == "rl":
         _warn_if_rl_does_not_fit(preset)
     run.mkdir(parents=True, exist_ok=True)

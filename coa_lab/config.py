@@ -143,6 +143,11 @@ class EvalConfig:
     teacher: bool = True  # also run the multi-agent teacher on the headline tasks (cost comparison)
     samples: int = 1  # k for pass@k / avg@k; 1 = greedy
     temperature: float = 0.0  # greedy: one reading per task, no sampling noise
+    # RL against its control: the RL stage again with the policy gradient off (the same steps, SFT rows and
+    # rate; nothing sampled, so cheap), read beside RL. RL − SFT counts the SFT mix as RL's own gain
+    control: bool = True
+    control_samples: int = 2  # k answers a headline task at rl.temperature for SFT, control and RL: sharpening
+    # shows there first (avg@k), under an unchanged greedy answer; 0 = greedy only
 
 
 @dataclass
@@ -189,7 +194,7 @@ def _cpu_smoke() -> Preset:
         rl=RLConfig(steps=1, prompts_per_step=2, group_size=2, learning_rate=5e-5, sft_coef=0.0, max_sampling_rounds=0,
                     overlong_buffer=32, pool={"math/arith": 2, "mhqa/lookup": 2}, pool_samples=2),
         eval=EvalConfig(tasks={"math/arith": 2, "mhqa/lookup": 2, "math/gsm8k": 1, "mhqa/hotpotqa": 1},
-                        val_tasks={"math/arith": 1, "mhqa/lookup": 1}),
+                        val_tasks={"math/arith": 1, "mhqa/lookup": 1}, control_samples=1),
     )
 
 

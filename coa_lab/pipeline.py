@@ -17,6 +17,7 @@ import gc
 import json
 import os
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from coa_lab.tools.registry import build_tools
 from coa_lab.training.sft import train_sft
 from coa_lab.trajectories import TrajectoryRecord, load_records, save_records
 
-STAGES = ("capture", "distill", "sft", "rl", "eval")
+STAGES = ("capture", "distill", "sft", "rl", "control", "eval")
 
 
 def _write_json(path: Path, obj) -> None:
@@ -308,7 +309,34 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
     return summary
 
 
-def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", "sft", "rl")) -> dict:
+def control(preset: Preset, run: Path) -> dict:
+    """RL's control (eval.control): the RL stage again from the same SFT adapter with the policy gradient
+    off: the same steps, SFT rows, rate and seed, nothing sampled, in RUN/control. Why: RL's updates mix
+    the SFT loss in (rl.sft_coef), so RL − SFT counts that extra SFT as RL's; RL − control does not."""
+    if not preset.eval.control:
+        return {}
+    for needed in (run / "sft" / "adapter", run / "rl" / "pool.json"):
+        if not needed.exists():
+            raise FileNotFoundError(f"{needed} is missing: the control starts from the SFT adapter and trains on "
+                                    "RL's own pool; run the sft and rl stages first")
+    folder = run / "control"
+    shutil.rmtree(folder, ignore_errors=True)  # a stale control would pair with another RL run
+    (folder / "sft").mkdir(parents=True)
+    (folder / "sft" / "adapter").symlink_to((run / "sft" / "adapter").resolve())
+    (folder / "distill").symlink_to((run / "distill").resolve())
+    (folder / "rl").mkdir()
+    shutil.copy(run / "rl" / "pool.json", folder / "rl" / "pool.json")  # RL's own screening: its pool and anchors
+    # the recipe without its policy gradient; a recipe with no SFT mix is held against the SFT loss on its rows
+    rl_off = dataclasses.replace(preset.rl, pg_coef=0.0, sft_coef=preset.rl.sft_coef or 1.0)
+    return rl(dataclasses.replace(preset, rl=rl_off), folder, reuse_pool=True)
+
+
+# where each evaluated system's adapter lies in a run folder (base: none)
+ADAPTERS = {"sft": "sft/adapter", "rl": "rl/adapter", "control": "control/rl/adapter"}
+SAMPLED = ("sft", "control", "rl")  # read at rl.temperature beside greedy when RL has its control (eval.control)
+
+
+def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", "sft", "rl", "control")) -> dict:
     """Base / SFT / RL single models on the held-out mix, and the multi-agent teacher on the
     headline (learnable) tasks: the paper's cost comparison on the same tasks. No trainer is on
     the card: RL's engine (planned beside a trainer) is released and evaluation's has the card alone."""
@@ -322,9 +350,11 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     groups = by_benchmark(draw_tasks(preset, preset.eval.tasks, "test"), preset.eval.tasks)
     val_groups = by_benchmark(draw_tasks(preset, preset.eval.val_tasks, "val"), preset.eval.val_tasks)
     tools = make_tools(preset)
-    out, seconds, val = {}, {}, {}  # seconds per evaluated system: where the stage's time goes
+    headline = {key: groups[key] for key in preset.eval.headline if key in groups}
+    k = preset.eval.control_samples if preset.eval.control and (run / ADAPTERS["control"]).exists() else 0
+    out, seconds, val, sampled = {}, {}, {}, {}  # seconds per evaluated system: where the stage's time goes
     for label in which:
-        adapter = None if label == "base" else run / label / "adapter"
+        adapter = run / ADAPTERS[label] if label in ADAPTERS else None
         if adapter is not None and not adapter.exists():
             continue
         t1 = time.time()
@@ -336,14 +366,22 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
             val_result = evaluate(generator, val_groups, tools, preset, label=f"val_{label}")
             save_eval(val_result, run / "eval")
             val[label] = val_result.summary()
+        if k and label in SAMPLED:  # the policy RL trains is the sampled one: the same draws for every adapter
+            torch.manual_seed(preset.seed)
+            result = evaluate(generator, headline, tools, preset, label=f"sampled_{label}", samples=k,
+                              temperature=preset.rl.temperature)
+            save_eval(result, run / "eval")
+            sampled[label] = result.summary()
         seconds[label] = round(time.time() - t1, 1)
     if val:
         out["val"] = val
+    if sampled:
+        out["sampled"] = {"samples": k, "temperature": preset.rl.temperature, **sampled}
     if preset.eval.teacher:
         t1 = time.time()
-        headline = [t for key in preset.eval.headline for t in groups.get(key, [])]
         teacher = make_teacher(teacher_preset)  # a larger teacher's engine is sized for its own weights
-        runs = capture_runs(teacher, headline, tools, preset, run / "eval" / "teacher_runs.jsonl", resume=False).runs
+        tasks = [t for ts in headline.values() for t in ts]
+        runs = capture_runs(teacher, tasks, tools, preset, run / "eval" / "teacher_runs.jsonl", resume=False).runs
         out["teacher"] = teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})
         if getattr(teacher, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled
             out["teacher_prompt_tokens"] = dict(teacher.stats)
@@ -364,7 +402,8 @@ def run_all(preset: Preset, run: Path, log=print) -> dict:
     machine_start = machine_peak(preset)
     t0 = time.time()
     # the demo starts afresh; `coa-lab capture` on its own resumes an existing folder
-    steps = [("capture", lambda p, r: capture(p, r, resume=False)), ("distill", distill), ("sft", sft), ("rl", rl), ("eval", evaluate_stage)]
+    steps = [("capture", lambda p, r: capture(p, r, resume=False)), ("distill", distill), ("sft", sft), ("rl", rl),
+             ("control", control), ("eval", evaluate_stage)]
     summaries = {}
     for name, fn in steps:
         log(f"== {name} ({preset.name}) ...")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from coa_lab.published import publish
+from coa_lab.rl_against_control import against_control, control_lines
 
 
 def _load(path: Path):
@@ -92,8 +93,8 @@ RL_FIGURE_CAVEAT = (
     "What the RL figure can and cannot show: it is one seed's RL adapter against the SFT adapter it "
     "started from. The recipe mixes the SFT loss into every RL update (rl.sft_coef), so a gain here is "
     "the policy gradient and more SFT together, and one seed's paired standard error is as large as RL's "
-    "effect. What the policy gradient adds on its own is measured against an SFT-only control, from one "
-    "adapter across seeds, with intervals: benchmarks/bench_rl_seeds.py --arms (docs/results/rl_arms.json).")
+    "effect. RL against its control (below) takes the SFT mix out; across seeds, with intervals: "
+    "`coa-lab arms` (docs/rl-effect.md).")
 
 
 def summarize(run: str | Path, headline=None) -> dict:
@@ -139,6 +140,8 @@ def summarize(run: str | Path, headline=None) -> dict:
         "rl_test_gain": (pooled["rl"]["accuracy"] - pooled["sft"]["accuracy"]) if pooled["rl"] and pooled["sft"] else None,
         # the same gain task by task, with the paired standard error that says whether it is noise
         "rl_test_gain_paired": paired_gain(run / "eval", headline),
+        # RL against the RL stage with its policy gradient off, greedy and sampled (eval.control)
+        "rl_against_control": against_control(run / "eval", headline),
         "val_accuracy": {label: get(_pooled(res, headline), "accuracy") for label, res in (ev.get("val") or {}).items()},
         "rl_entropy_by_step": [m.get("entropy") for m in metrics],
         "rl_logprob_gap_by_step": [m.get("logprob_gap") for m in metrics],
@@ -197,7 +200,8 @@ def write_report(run: str | Path) -> Path:
              "Every figure below was read from the files this run wrote.", ""]
     lines += _machine_lines(timing, summary)
     lines += _headline_lines(summary)
-    lines += _stage_lines(cap, dis, sft, rl, ev)
+    lines += control_lines(summary["rl_against_control"])
+    lines += _stage_lines(cap, dis, sft, rl, ev, _load(run / "control" / "rl" / "summary.json"))
     if rl and rl["metrics"]:
         lines += _rl_step_lines(rl["metrics"])
     if ev:
@@ -273,7 +277,7 @@ def _rl_gain_row(gain: float | None, pg: dict | None) -> str:
                if pg else "") + " |")
 
 
-def _stage_lines(cap, dis, sft, rl, ev) -> list[str]:
+def _stage_lines(cap, dis, sft, rl, ev, ctl=None) -> list[str]:
     """One row per stage that ran: its key figures and its seconds."""
     rows = []
     if cap:
@@ -296,8 +300,11 @@ def _stage_lines(cap, dis, sft, rl, ev) -> list[str]:
         anchors = f", {rl['anchors']} always-solved anchors" if rl.get("anchors") else ""
         rows.append(("rl", f"{len(m)} DAPO steps{pool}{anchors}; {kept}/{sampled} groups kept by dynamic sampling "
                      f"(screening took {_fmt(rl.get('pool_seconds'), 0)} s)", rl["seconds"]))
+    if ctl and ctl["metrics"]:
+        rows.append(("control", f"the RL stage with the policy gradient off: {len(ctl['metrics'])} steps of the SFT "
+                     "mix alone, nothing sampled", ctl["seconds"]))
     if ev:
-        rows.append(("eval", f"base, SFT, RL single models on {sum(v['tasks'] for v in ev.get('base', {}).values())} "
+        rows.append(("eval", f"base, SFT, RL (and control) single models on {sum(v['tasks'] for v in ev.get('base', {}).values())} "
                      "held-out tasks; the teacher on the headline ones"
                      + (" (seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in ev["seconds_by_system"].items()) + ")"
                         if ev.get("seconds_by_system") else ""), ev["seconds"]))

@@ -28,6 +28,12 @@ def test_stage_without_inputs_names_the_missing_file(tmp_path, capsys):
         main(["distill", "--run", str(tmp_path), "--debug"])
 
 
+def test_control_before_rl_names_what_to_run_first(tmp_path, capsys):
+    assert main(["control", "--run", str(tmp_path)]) == 2
+    assert "run the sft and rl stages first" in capsys.readouterr().err
+    assert not (tmp_path / "control").exists()
+
+
 def test_exec_subcommand_prints_one_json_object(tmp_path):
     prog = tmp_path / "p.py"
     prog.write_text("print(sum(range(10)))\n")
@@ -39,7 +45,7 @@ def test_exec_subcommand_prints_one_json_object(tmp_path):
 
 def test_help_lists_every_stage():
     out = subprocess.run([sys.executable, "-m", "coa_lab.cli", "--help"], capture_output=True, text=True, timeout=60)
-    for stage in ("capture", "distill", "sft", "rl", "eval", "demo", "exec"):
+    for stage in ("capture", "distill", "sft", "rl", "control", "eval", "demo", "exec"):
         assert stage in out.stdout
 
 

@@ -116,9 +116,30 @@ def test_eval_compares_three_models_and_the_teacher(run_dir):
     teacher = summary["teacher"]
     assert teacher["all"]["runs"] == 4 and teacher["all"]["tokens_per_task"] > 0  # the headline tasks only
     # where the stage's time went, one figure per evaluated system, shown in the report
-    assert set(summary["seconds_by_system"]) == {"base", "sft", "rl", "teacher"}
+    assert set(summary["seconds_by_system"]) == {"base", "sft", "rl", "control", "teacher"}
     assert sum(summary["seconds_by_system"].values()) <= summary["seconds"] + 1
     assert "(seconds: base " in (run_dir / "report.md").read_text()
+
+
+def test_rl_is_read_against_its_control_greedy_and_sampled(run_dir):
+    """The control is the RL stage with its policy gradient off (the same steps and SFT rows, nothing
+    sampled), from the same SFT adapter; SFT, control and RL are read greedy and at rl.temperature."""
+    preset = get_preset("cpu-smoke")
+    ctl = json.loads((run_dir / "control" / "rl" / "summary.json").read_text())
+    assert len(ctl["metrics"]) == preset.rl.steps and all(m["arm"] == "control" for m in ctl["metrics"])
+    weights = [(run_dir / d / "adapter_model.safetensors").read_bytes() for d in ("sft/adapter", "control/rl/adapter")]
+    assert weights[0] != weights[1]  # the SFT mix moved it
+    ev = json.loads((run_dir / "eval" / "summary.json").read_text())
+    k = preset.eval.control_samples
+    assert ev["sampled"]["samples"] == k and ev["sampled"]["temperature"] == preset.rl.temperature
+    for label in ("sft", "control", "rl"):
+        records = load_records(run_dir / "eval" / f"sampled_{label}_trajectories.jsonl")
+        assert len(records) == k * sum(n for key, n in preset.eval.tasks.items() if key in preset.eval.headline)
+    versus = json.loads((run_dir / "summary.json").read_text())["rl_against_control"]
+    block = versus["rl_minus_control"]
+    assert set(block) == {"greedy", f"avg_at_{k}"} and block["greedy"]["tasks"] == 4
+    assert block["greedy"]["gain"] == pytest.approx(block["greedy"]["after"] - block["greedy"]["before"])
+    assert "## RL against its control" in (run_dir / "report.md").read_text()
 
 
 def test_summary_json_has_the_headline_figures(run_dir):
@@ -137,7 +158,7 @@ def test_summary_json_has_the_headline_figures(run_dir):
 
 def test_report_and_plots_written(run_dir):
     report = (run_dir / "report.md").read_text()
-    for stage in ("capture", "distill", "sft", "rl", "eval"):
+    for stage in ("capture", "distill", "sft", "rl", "control", "eval"):
         assert f"| {stage} |" in report
     assert (run_dir / "sft_loss.png").stat().st_size > 1000
     assert (run_dir / "eval.png").stat().st_size > 1000
