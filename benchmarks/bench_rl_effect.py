@@ -229,6 +229,13 @@ def _arm_block(row: dict, step_dir: Path | None = None, arm: str = "") -> dict:
     return block
 
 
+def _diffs(table: dict) -> dict:
+    """Every arm − arm block of an arms.json (rl_minus_rft, rl_lr2e_05_minus_rl_lr1e_05, ...), seed by seed."""
+    return {name: {"seeds": diff["seeds"], **{m: {k: diff[m][k] for k in ("gains", "paired_se", "mean", "ci95", "won", "lost")}
+                                             for m in table["metrics"]}}
+            for name, diff in table.items() if "_minus_" in name and isinstance(diff, dict)}
+
+
 def step_summary(rows: list[dict]) -> dict:
     """A run's log in the few numbers the docs quote: its own reward, ‖∇PG‖ and entropy over the first
     and second half of its steps; ‖Δθ‖'s growth from the first step that moved to the last, beside the
@@ -265,7 +272,7 @@ def publish(run: Path) -> None:
         step_logs(sweep.parent)
         out["sweep"] = {"split": s["split"], "tasks": s["tasks"], "sft": {m: s["sft"][m] for m in s["metrics"]},
                         "sft_by_family": s["sft"]["by_family"],
-                        "arms": {a: _arm_block(r, sweep.parent, a) for a, r in s["arms"].items()}}
+                        "arms": {a: _arm_block(r, sweep.parent, a) for a, r in s["arms"].items()}, **_diffs(s)}
     for split in ("val", "confirm"):
         f = run / "effect" / split / "arms.json"
         if not f.exists():
@@ -274,11 +281,7 @@ def publish(run: Path) -> None:
         step_logs(f.parent)
         block = {"split": split, "tasks": t["tasks"], "task_ids": t["task_ids"], "seeds": t["seeds"],
                  "sft": {m: t["sft"][m] for m in t["metrics"]},
-                 "arms": {a: _arm_block(r, f.parent, a) for a, r in t["arms"].items()}}
-        for name, diff in t.items():
-            if "_minus_" in name and isinstance(diff, dict):
-                block[name] = {"seeds": diff["seeds"], **{m: {k: diff[m][k] for k in
-                               ("gains", "paired_se", "mean", "ci95", "won", "lost")} for m in t["metrics"]}}
+                 "arms": {a: _arm_block(r, f.parent, a) for a, r in t["arms"].items()}, **_diffs(t)}
         out[split] = block
     save("rl_effect", {**out, "machine": machine_peak()})
 
