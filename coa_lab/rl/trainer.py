@@ -229,6 +229,8 @@ def _sampler(preset: Preset, model, tokenizer, compute, generator_factory, adapt
     the policy itself (always the current weights)."""
     if generator_factory is not None:
         return generator_factory(model, tokenizer)
+    if preset.rl.pg_coef == 0:  # the SFT-only control samples nothing: no engine to start (vLLM's takes a card share)
+        return None
     if resolve_backend(preset.gen.backend) in ("vllm", "vllm-server"):
         return rl_sampler(preset, tokenizer, adapter)
     if preset.rl.rollout_int8:

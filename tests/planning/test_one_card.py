@@ -85,10 +85,11 @@ def stand_ins(monkeypatch, tmp_path):
     def train_rl(preset, tasks, tools, out, adapter=None, **kwargs):
         trainer = _Trainer()  # local, as the real trainer's model is: garbage once train_rl returns
         TRAINERS.add(trainer)
-        EVENTS.append(("RL trains", vllm_engine._ENGINE["llm"].share))
+        EVENTS.append(("RL trains", getattr(vllm_engine._ENGINE["llm"], "share", "no engine")))
+        (out / "adapter").mkdir(parents=True, exist_ok=True)
         return types.SimpleNamespace(metrics=[{}])
 
-    def evaluate_one(generator, groups, tools, preset, label="model"):
+    def evaluate_one(generator, groups, tools, preset, label="model", **sampling):
         trainer = "trainer alive" if len(TRAINERS) else "no trainer"
         EVENTS.append((f"{label} evaluated", generator.engine.share, trainer))
         return types.SimpleNamespace(summary=lambda: {})
@@ -130,10 +131,11 @@ def test_capture_engine_is_released_before_sft_and_rl_makes_its_own_at_the_plann
 
 
 def test_the_demo_order_gives_capture_and_evaluation_the_card_alone(stand_ins):
-    """capture -> SFT -> RL -> evaluation, as run_all orders them: capture's engine at the alone
-    share, released before SFT; RL's at the shared share, released (and RL's trainer gone) before
-    evaluation makes its own at the alone share, which the student's three systems and the teacher
-    (the same model here) share."""
+    """capture -> SFT -> RL -> control -> evaluation, as run_all orders them: capture's engine at the
+    alone share, released before SFT; RL's at the shared share, released before the control (which
+    samples nothing: no engine), whose trainer is gone before evaluation makes its own at the alone
+    share, which the student's four systems, their sampled readings and the teacher (the same model
+    here) share."""
     preset = _preset()
     share = rl_on_one_card(plan(preset), 24)["vllm_memory_fraction"]
     alone = engine_alone(preset, 24)["vllm_memory_fraction"]
@@ -143,13 +145,14 @@ def test_the_demo_order_gives_capture_and_evaluation_the_card_alone(stand_ins):
     pipeline.capture(preset, stand_ins, resume=False)
     pipeline.sft(preset, stand_ins)
     pipeline.rl(preset, stand_ins)
+    pipeline.control(preset, stand_ins)
     pipeline.evaluate_stage(preset, stand_ins)
+    read = [(f"{p}{label} evaluated", alone, "no trainer") for label in ("sft", "rl", "control") for p in ("", "sampled_")]
     assert EVENTS == [("engine made", alone), ("capture", alone), ("engine shut down", alone),
                       ("SFT trains", "card free"),
                       ("engine made", share), ("pool screening", share), ("RL trains", share),
-                      ("engine shut down", share), ("engine made", alone),
-                      ("base evaluated", alone, "no trainer"), ("sft evaluated", alone, "no trainer"),
-                      ("rl evaluated", alone, "no trainer"), ("teacher evaluated", alone)]
+                      ("engine shut down", share), ("RL trains", "no engine"), ("engine made", alone),
+                      ("base evaluated", alone, "no trainer"), *read, ("teacher evaluated", alone)]
 
 
 def test_evaluation_never_reuses_rls_engine_even_at_one_share(stand_ins):

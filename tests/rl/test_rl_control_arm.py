@@ -100,3 +100,14 @@ def test_control_arm_samples_nothing_and_draws_the_recipes_rows(tmp_path, monkey
     with pytest.raises(ValueError, match="pg_coef must be >= 0"):
         train_rl(get_preset("cpu-smoke", rl={**rl, "pg_coef": -1.0}), [task], build_tools(["code"]),
                  tmp_path / "neg", generator_factory=lambda m, t: Alternating(t), sft_records=records)
+
+
+def test_the_control_starts_no_sampler_even_where_rl_would_start_vllm(monkeypatch):
+    """A vLLM engine takes a share of the card and ~a minute to start: the control samples nothing."""
+    from coa_lab.rl import trainer
+
+    monkeypatch.setattr(trainer, "resolve_backend", lambda backend: "vllm")
+    monkeypatch.setattr(trainer, "rl_sampler", lambda *a: "an engine")
+    rl = get_preset("cpu-smoke", rl={"pg_coef": 0.0, "sft_coef": 1.0})
+    assert trainer._sampler(rl, None, None, None, None, None) is None
+    assert trainer._sampler(get_preset("cpu-smoke"), None, None, None, None, None) == "an engine"
