@@ -320,12 +320,15 @@ def control(preset: Preset, run: Path) -> dict:
             raise FileNotFoundError(f"{needed} is missing: the control starts from the SFT adapter and trains on "
                                     "RL's own pool; run the sft and rl stages first")
     folder = run / "control"
-    shutil.rmtree(folder, ignore_errors=True)  # a stale control would pair with another RL run
-    (folder / "sft").mkdir(parents=True)
-    (folder / "sft" / "adapter").symlink_to((run / "sft" / "adapter").resolve())
-    (folder / "distill").symlink_to((run / "distill").resolve())
-    (folder / "rl").mkdir()
-    shutil.copy(run / "rl" / "pool.json", folder / "rl" / "pool.json")  # RL's own screening: its pool and anchors
+    distributed.init()
+    if distributed.is_main():  # under `accelerate launch` every rank runs this stage: one sets the folder up
+        shutil.rmtree(folder, ignore_errors=True)  # a stale control would pair with another RL run
+        (folder / "sft").mkdir(parents=True)
+        (folder / "sft" / "adapter").symlink_to((run / "sft" / "adapter").resolve())
+        (folder / "distill").symlink_to((run / "distill").resolve())
+        (folder / "rl").mkdir()
+        shutil.copy(run / "rl" / "pool.json", folder / "rl" / "pool.json")  # RL's own screening: pool and anchors
+    distributed.barrier()
     # the recipe without its policy gradient; a recipe with no SFT mix is held against the SFT loss on its rows
     rl_off = dataclasses.replace(preset.rl, pg_coef=0.0, sft_coef=preset.rl.sft_coef or 1.0)
     return rl(dataclasses.replace(preset, rl=rl_off), folder, reuse_pool=True)
