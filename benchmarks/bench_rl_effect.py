@@ -42,6 +42,8 @@ import sys
 from pathlib import Path
 
 from benchmarks.results import save
+from coa_lab.config import get_preset
+from coa_lab.field_types import parse_overrides
 from coa_lab.machine import machine_peak
 
 VAL = {"math/arith": 160, "mhqa/lookup": 64}  # the arms' validation tasks (rl_arms.json's 224)
@@ -53,7 +55,7 @@ BUDGET = [f"eval.val_tasks={json.dumps(VAL)}", f"rl.pool={json.dumps(POOL)}", "r
 CHAIN = [f"eval.val_tasks={json.dumps(VAL)}", 'rl.pool={"math/arith": 2, "mhqa/lookup": 2}', "rl.pool_samples=2"]
 SFT_RATE = 1e-4  # the control's and RFT's rate: the SFT loss's, as the recipe's control ran it
 STATE = Path(__file__).resolve().parent / "state" / "rl_effect"  # committed outcomes, for the next session
-KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json", "steps/*.jsonl")  # a step's outcomes, no weights
+KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json", "steps/*.jsonl", "base_preset.json")  # a step's outcomes, no weights
 # per step of every arm's run, what the issue asks to see: its own reward, ‖∇PG‖ beside ‖∇SFT‖, and how far the
 # weights moved (‖Δθ‖) against a drift's lr·N and a random walk's lr·√N
 STEP_FIELDS = ("step", "accuracy", "anchor_accuracy", "kept_groups", "sampled_groups", "revisit_reward", "loss",
@@ -63,12 +65,32 @@ STEP_FIELDS = ("step", "accuracy", "anchor_accuracy", "kept_groups", "sampled_gr
 def arms(out: Path, start: Path, arm_specs: list[str], seeds: list[int], sets: list[str], samples: int,
          split: str = "val", final: bool = False, against: str | None = None) -> dict:
     """One `coa-lab arms` call (resumes on its own); its arms.json."""
+    same_base(out, sets)
     cmd = [sys.executable, "-m", "coa_lab.cli", "arms", "--out", str(out), "--start", str(start),
            "--preset", "cpu-tiny", "--split", split, "--samples", str(samples), "--seeds", *map(str, seeds),
            "--arm", *arm_specs] + [a for s in sets for a in ("--set", s)] + (["--final"] if final else []) + (["--against", against] if against else [])
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
     return json.loads((out / "arms.json").read_text())
+
+
+def same_base(out: Path, sets: list[str]) -> None:
+    """The settings every arm of a step is laid over (cpu-tiny with `sets`), resolved, kept beside its
+    outcomes: a step that runs over several sessions must not pair arms trained under moved defaults
+    (a recipe adopted into cpu-tiny mid-measurement would), so a difference stops it, naming the fields."""
+    now = json.loads(json.dumps(get_preset("cpu-tiny", **parse_overrides(sets)).to_dict()))
+    path = out / "base_preset.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        moved = sorted(f"{sec}.{k}" for sec in now if isinstance(now[sec], dict)
+                       for k in set(now[sec]) | set(old.get(sec, {})) if now[sec].get(k) != old.get(sec, {}).get(k))
+        moved += sorted(sec for sec in now if not isinstance(now[sec], dict) and now[sec] != old.get(sec))
+        if moved:
+            raise SystemExit(f"{out}: its arms were trained with other base settings ({', '.join(moved)}): run this "
+                             f"step with the code it started with (git log {path}), or start it over in another RUN")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(now, indent=1))
 
 
 def converge(run: Path, min_gain: float, max_links: int) -> dict:

@@ -152,3 +152,19 @@ def test_the_arms_start_from_the_sweeps_pool_start_reading_and_run_at_the_chosen
     bench.from_sweep(run, "confirm", 2e-5)
     confirm = run / "effect" / "confirm"
     assert (confirm / "pool.json").exists() and list((confirm / "scores").iterdir()) == []
+
+
+def test_a_step_stops_when_its_base_settings_moved_between_sessions(bench, tmp_path, monkeypatch):
+    """The arms of one step run over many sessions: a default moved in between (e.g. the recipe adopted
+    into cpu-tiny) would pair arms trained under different settings, so the step refuses, naming it."""
+    out = tmp_path / "val"
+    bench.same_base(out, bench.BUDGET)
+    saved = json.loads((out / "base_preset.json").read_text())
+    assert saved["rl"]["steps"] == 16 and saved["rl"]["advantage"] == "dr_grpo"
+    bench.same_base(out, bench.BUDGET)  # the same settings: fine
+    with pytest.raises(SystemExit, match=r"rl\.temperature"):
+        bench.same_base(out, bench.BUDGET + ["rl.temperature=1.0"])
+    real = bench.get_preset
+    monkeypatch.setattr(bench, "get_preset", lambda name, **o: real(name, **{**o, "rl": {**o["rl"], "anchors_per_step": 0}}))
+    with pytest.raises(SystemExit, match=r"rl\.anchors_per_step"):  # a moved default, not an override
+        bench.same_base(out, bench.BUDGET)
