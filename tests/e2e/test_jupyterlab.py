@@ -162,6 +162,8 @@ def test_notebook_runs_in_jupyterlab_and_renders_in_chromium(jupyterlab):
             # ("attached": JupyterLab skips painting cells outside the viewport, content-visibility)
             page.wait_for_selector(".jp-NotebookPanel .jp-RenderedHTMLCommon table", state="attached", timeout=60_000)
             page.wait_for_selector(".jp-NotebookPanel .jp-OutputArea-output img", state="attached", timeout=60_000)
+            # markdown renders after the outputs; on a loaded machine the count came before it (0 solutions)
+            page.wait_for_selector(".jp-NotebookPanel .jp-RenderedMarkdown details", state="attached", timeout=60_000)
             n_cells = page.locator(".jp-NotebookPanel .jp-Cell").count()
             # the verdicts render as HTML, and every solution is there but collapsed (<details> shut)
             verdicts_shown = page.locator(".jp-NotebookPanel .jp-OutputArea-output", has_text="not answered yet").count()
