@@ -358,8 +358,8 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     out, seconds, val, sampled = {}, {}, {}, {}  # seconds per evaluated system: where the stage's time goes
     for label in which:
         adapter = run / ADAPTERS[label] if label in ADAPTERS else None
-        if adapter is not None and not adapter.exists():
-            continue
+        if (adapter is not None and not adapter.exists()) or (label == "control" and not preset.eval.control):
+            continue  # a control left by an earlier run is not this run's
         t1 = time.time()
         generator = make_generator(preset, adapter)
         result = evaluate(generator, groups, tools, preset, label=label)
