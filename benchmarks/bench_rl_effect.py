@@ -25,6 +25,8 @@ saved start's sha256 (the same adapter, so the outcomes pair), and otherwise sta
    and pool), rl (the policy gradient alone, at the chosen rate), rl+ptx (the recipe at that rate),
    over the seeds, paired against the start and against rft. Every step trains on the sweep's pool, and on
    validation `rl` seed 0 is the sweep's run at the chosen rate (the same settings: not run twice).
+   `--split confirm --final` reads the adapters validation trained (reuse_val_adapters): the final
+   arms are those, read once more on tasks nobody selected on; only what validation lacks is trained.
 Every arm shares BUDGET: ~1,400 rollouts a run (16 steps x 6 questions x 8 samples + 3 anchor
 groups a step), one optimizer step per sampled batch, a 2-step warm-up, advantages without the
 std division (Dr. GRPO: a lone success in a group of 4 was weighed +1.73 under std-normalisation).
@@ -55,7 +57,8 @@ BUDGET = [f"eval.val_tasks={json.dumps(VAL)}", f"rl.pool={json.dumps(POOL)}", "r
 CHAIN = [f"eval.val_tasks={json.dumps(VAL)}", 'rl.pool={"math/arith": 2, "mhqa/lookup": 2}', "rl.pool_samples=2"]
 SFT_RATE = 1e-4  # the control's and RFT's rate: the SFT loss's, as the recipe's control ran it
 STATE = Path(__file__).resolve().parent / "state" / "rl_effect"  # committed outcomes, for the next session
-KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json", "steps/*.jsonl", "base_preset.json")  # a step's outcomes, no weights
+KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json", "steps/*.jsonl", "base_preset.json",
+        "trained_in.json")  # a step's outcomes, no weights
 # per step of every arm's run, what the issue asks to see: its own reward, ‖∇PG‖ beside ‖∇SFT‖, and how far the
 # weights moved (‖Δθ‖) against a drift's lr·N and a random walk's lr·√N
 STEP_FIELDS = ("step", "accuracy", "anchor_accuracy", "kept_groups", "sampled_groups", "revisit_reward", "loss",
@@ -200,6 +203,32 @@ def from_sweep(run: Path, split: str, rate: float) -> None:
         print(f"rl seed 0 is the sweep's {name} run (same settings); the pool and the start's reading are the sweep's")
 
 
+def reuse_val_adapters(run: Path, rate: float, arm_names: list[str], seeds: list[int]) -> dict:
+    """The confirmation split reads the adapters validation trained: each finished (arm, seed) run folder
+    of effect/val (rl seed 0: the sweep's run at the chosen rate) is linked into effect/confirm/runs, where
+    `coa-lab arms` finds it finished and only reads it; an (arm, seed) validation has not finished is
+    trained there. Why: an adapter is trained on the pool, never on a split, so training it again would
+    draw another sample of the same arm at ~30 minutes a run, and the final arms are these.
+    Returns (and keeps in trained_in.json) where each linked run was trained."""
+    effect, done = run / "effect", {}
+    for arm in arm_names:
+        for seed in seeds:
+            src = effect / "val" / "runs" / arm / f"seed{seed}"
+            if arm == "rl" and seed == 0 and not src.exists():
+                src = effect / "sweep" / "runs" / f"rl_lr{rate:g}" / f"seed{seed}"
+            if not ((src / "rl" / "summary.json").exists() and (src / "rl" / "adapter" / "adapter_config.json").exists()):
+                continue
+            dst = effect / "confirm" / "runs" / arm / f"seed{seed}"
+            if not dst.is_symlink():
+                shutil.rmtree(dst, ignore_errors=True)  # a half-trained confirm run: validation's is finished
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.symlink_to(src.resolve())
+            done[f"{arm}@{seed}"] = str(src.relative_to(effect))
+    if done:
+        (effect / "confirm" / "trained_in.json").write_text(json.dumps(done, indent=1))
+    return done
+
+
 def rl_arm(name: str, rate: float, ptx: bool = False) -> str:
     return f"{name}=rl.learning_rate={rate},rl.sft_coef={1.0 if ptx else 0.0}"
 
@@ -232,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         specs = [f"control=rl.pg_coef=0,rl.sft_coef=1.0,rl.learning_rate={SFT_RATE}",
                  f"rft=rl.advantage=rft,rl.sft_coef=0.0,rl.learning_rate={SFT_RATE}",
                  rl_arm("rl", args.rate), rl_arm("rl+ptx", args.rate, ptx=True)]
+        if args.split == "confirm":
+            reuse_val_adapters(args.run, args.rate, [s.split("=", 1)[0] for s in specs], args.seeds)
         arms(args.run / "effect" / args.split, _start(args.run), specs, args.seeds, BUDGET, samples=4,
              split=args.split, final=args.final, against="rft")
     else:

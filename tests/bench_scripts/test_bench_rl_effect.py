@@ -168,3 +168,31 @@ def test_a_step_stops_when_its_base_settings_moved_between_sessions(bench, tmp_p
     monkeypatch.setattr(bench, "get_preset", lambda name, **o: real(name, **{**o, "rl": {**o["rl"], "anchors_per_step": 0}}))
     with pytest.raises(SystemExit, match=r"rl\.anchors_per_step"):  # a moved default, not an override
         bench.same_base(out, bench.BUDGET)
+
+
+def _finished(run_dir: Path) -> Path:
+    _adapter(run_dir / "rl" / "adapter", b"w")
+    (run_dir / "rl" / "adapter" / "adapter_config.json").write_text("{}")
+    (run_dir / "rl" / "summary.json").write_text('{"metrics": []}')
+    return run_dir
+
+
+def test_the_confirmation_split_reads_the_adapters_validation_trained(bench, tmp_path):
+    """The final arms are validation's adapters read once more: each finished run (rl seed 0: the sweep's at the
+    chosen rate) is linked into effect/confirm/runs; one validation has not finished is left to train there."""
+    run = tmp_path / "run"
+    effect = run / "effect"
+    sweep_rl = _finished(effect / "sweep" / "runs" / "rl_lr2e-05" / "seed0")
+    _finished(effect / "sweep" / "runs" / "rl_lr5e-05" / "seed0")
+    control = _finished(effect / "val" / "runs" / "control" / "seed0")
+    (effect / "val" / "runs" / "rft" / "seed0" / "rl").mkdir(parents=True)  # killed mid-training
+    half = effect / "confirm" / "runs" / "control" / "seed0"
+    half.mkdir(parents=True)  # a confirm run started before: validation's finished one replaces it
+    done = bench.reuse_val_adapters(run, 2e-5, ["control", "rft", "rl", "rl+ptx"], [0, 1])
+    assert done == {"control@0": "val/runs/control/seed0", "rl@0": "sweep/runs/rl_lr2e-05/seed0"}
+    confirm = effect / "confirm" / "runs"
+    assert (confirm / "control" / "seed0").resolve() == control.resolve()
+    assert (confirm / "rl" / "seed0").resolve() == sweep_rl.resolve()
+    assert not (confirm / "rft").exists() and not (confirm / "rl+ptx").exists()
+    assert json.loads((effect / "confirm" / "trained_in.json").read_text()) == done
+    assert bench.reuse_val_adapters(run, 2e-5, ["control", "rft", "rl", "rl+ptx"], [0, 1]) == done  # again: same
