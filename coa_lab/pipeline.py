@@ -309,6 +309,20 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
     return summary
 
 
+def new_rl_run(folder: Path, adapter: Path, distill: Path, pool: Path) -> None:
+    """A fresh run folder whose RL stage starts from `adapter` (linked as sft/adapter), mixes in the SFT rows
+    of `distill` when there are any (rl.sft_coef), and trains on the screened `pool` when given: what RL's
+    control and every `coa-lab arms` run train from. Whatever the folder held before is removed."""
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "sft").mkdir(parents=True)
+    (folder / "sft" / "adapter").symlink_to(adapter.resolve())
+    if distill.exists():
+        (folder / "distill").symlink_to(distill.resolve())
+    if pool.exists():
+        (folder / "rl").mkdir()
+        shutil.copy(pool, folder / "rl" / "pool.json")
+
+
 def control(preset: Preset, run: Path) -> dict:
     """RL's control (eval.control): the RL stage again from the same SFT adapter with the policy gradient
     off: the same steps, SFT rows, rate and seed, nothing sampled, in RUN/control. Why: RL's updates mix
@@ -322,12 +336,8 @@ def control(preset: Preset, run: Path) -> dict:
     folder = run / "control"
     distributed.init()
     if distributed.is_main():  # under `accelerate launch` every rank runs this stage: one sets the folder up
-        shutil.rmtree(folder, ignore_errors=True)  # a stale control would pair with another RL run
-        (folder / "sft").mkdir(parents=True)
-        (folder / "sft" / "adapter").symlink_to((run / "sft" / "adapter").resolve())
-        (folder / "distill").symlink_to((run / "distill").resolve())
-        (folder / "rl").mkdir()
-        shutil.copy(run / "rl" / "pool.json", folder / "rl" / "pool.json")  # RL's own screening: pool and anchors
+        # a stale control would pair with another RL run; RL's own screening: the same pool and anchors
+        new_rl_run(folder, run / "sft" / "adapter", run / "distill", run / "rl" / "pool.json")
     distributed.barrier()
     # the recipe without its policy gradient; a recipe with no SFT mix is held against the SFT loss on its rows
     rl_off = dataclasses.replace(preset.rl, pg_coef=0.0, sft_coef=preset.rl.sft_coef or 1.0)

@@ -97,14 +97,7 @@ def _prepare_run(run: Path, preset, start: Path, kept: Path, pool: Path) -> bool
     now = json.loads(json.dumps(preset.to_dict()))
     if recorded.exists() and json.loads(recorded.read_text()) == now and latest_rl_checkpoint(run / "rl"):
         return True
-    shutil.rmtree(run, ignore_errors=True)  # a half-made folder of other settings: start clean
-    (run / "sft").mkdir(parents=True)
-    (run / "sft" / "adapter").symlink_to(start.resolve())
-    if kept.exists():  # the SFT set rl.sft_coef mixes in
-        (run / "distill").symlink_to(kept.parent.resolve())
-    if pool.exists():
-        (run / "rl").mkdir()
-        shutil.copy(pool, run / "rl" / "pool.json")
+    pipeline.new_rl_run(run, start, kept.parent, pool)  # a half-made folder of other settings: start clean
     readout.write_atomic(recorded, now)
     return False
 

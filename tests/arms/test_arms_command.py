@@ -166,3 +166,23 @@ def test_a_start_runs_screening_of_other_candidates_is_not_reused(run, fakes):
     (run / "rl" / "pool.json").write_text(json.dumps({"pass_rates": {"not-a-candidate": 0.5}, "pool": []}))
     assert _arms(run) == 0
     assert fakes.trained[0][2] is False  # the first arm screened
+
+
+def test_a_new_rl_run_folder_links_its_start_and_copies_its_pool(tmp_path):
+    """pipeline.new_rl_run, what every arm's run and RL's control train from: the start adapter and the SFT rows
+    linked (not copied: one adapter, many runs), the pool copied (a run may rewrite its own), and nothing stale."""
+    from coa_lab.pipeline import new_rl_run
+    adapter, distill, pool = tmp_path / "start" / "adapter", tmp_path / "start" / "distill", tmp_path / "pool.json"
+    adapter.mkdir(parents=True)
+    distill.mkdir()
+    pool.write_text('{"pass_rates": {}}')
+    folder = tmp_path / "runs" / "rl" / "seed0"
+    (folder / "rl").mkdir(parents=True)
+    (folder / "rl" / "stale.json").write_text("{}")
+    new_rl_run(folder, adapter, distill, pool)
+    assert (folder / "sft" / "adapter").resolve() == adapter.resolve()
+    assert (folder / "distill").resolve() == distill.resolve()
+    assert not (folder / "rl" / "pool.json").is_symlink() and (folder / "rl" / "pool.json").read_text() == pool.read_text()
+    assert not (folder / "rl" / "stale.json").exists()
+    new_rl_run(folder, adapter, tmp_path / "none", tmp_path / "none.json")  # no SFT rows, no screening yet
+    assert not (folder / "distill").exists() and not (folder / "rl").exists()
