@@ -196,3 +196,19 @@ def test_the_confirmation_split_reads_the_adapters_validation_trained(bench, tmp
     assert not (confirm / "rft").exists() and not (confirm / "rl+ptx").exists()
     assert json.loads((effect / "confirm" / "trained_in.json").read_text()) == done
     assert bench.reuse_val_adapters(run, 2e-5, ["control", "rft", "rl", "rl+ptx"], [0, 1]) == done  # again: same
+
+
+def test_the_target_is_met_only_on_the_confirmation_split_over_five_seeds(bench):
+    """rl − the start ≥ +3 points greedy or ≥ +5 avg@4, 5 seeds, the interval above zero, read on confirm."""
+    def block(split, seeds, greedy, avg):
+        return {"split": split, "arms": {"rl": {"seeds": list(range(seeds)),
+                                                 "greedy": {"mean": greedy[0], "ci95": greedy[1]},
+                                                 "avg_at_4": {"mean": avg[0], "ci95": avg[1]}}}}
+    hit = block("confirm", 5, (0.02, [0.005, 0.04]), (0.06, [0.03, 0.09]))
+    got = bench.target(hit)
+    assert got["met"] and not got["greedy"]["reached"] and got["avg_at_4"]["reached"]
+    assert not bench.target(block("val", 5, (0.02, [0.005, 0.04]), (0.06, [0.03, 0.09])))["met"]  # validation decides nothing
+    assert not bench.target(block("confirm", 4, (0.04, [0.01, 0.07]), (0.06, [0.03, 0.09])))["met"]  # too few seeds
+    assert not bench.target(block("confirm", 5, (0.04, [-0.01, 0.09]), (0.06, [-0.002, 0.12])))["met"]  # interval
+    assert bench.target(block("confirm", 5, (0.031, [0.001, 0.06]), (0.0, [-0.02, 0.02])))["met"]  # greedy alone
+    assert bench.target({"split": "confirm", "arms": {}}) == {"met": False, "why": "no rl arm read"}
