@@ -80,18 +80,21 @@ def arms(out: Path, start: Path, arm_specs: list[str], seeds: list[int], sets: l
 def same_base(out: Path, sets: list[str]) -> None:
     """The settings every arm of a step is laid over (cpu-tiny with `sets`), resolved, kept beside its
     outcomes: a step that runs over several sessions must not pair arms trained under moved defaults
-    (a recipe adopted into cpu-tiny mid-measurement would), so a difference stops it, naming the fields."""
+    (a recipe adopted into cpu-tiny mid-measurement would), so a difference stops it, naming the fields.
+    The confirmation split reads validation's adapters, so it is held to validation's settings too."""
     now = json.loads(json.dumps(get_preset("cpu-tiny", **parse_overrides(sets)).to_dict()))
     path = out / "base_preset.json"
-    if path.exists():
-        old = json.loads(path.read_text())
+    val = out.parent / "val" / "base_preset.json"
+    for kept in (path, val) if out.name == "confirm" else (path,):
+        if not kept.exists():
+            continue
+        old = json.loads(kept.read_text())
         moved = sorted(f"{sec}.{k}" for sec in now if isinstance(now[sec], dict)
                        for k in set(now[sec]) | set(old.get(sec, {})) if now[sec].get(k) != old.get(sec, {}).get(k))
         moved += sorted(sec for sec in now if not isinstance(now[sec], dict) and now[sec] != old.get(sec))
         if moved:
             raise SystemExit(f"{out}: its arms were trained with other base settings ({', '.join(moved)}): run this "
-                             f"step with the code it started with (git log {path}), or start it over in another RUN")
-        return
+                             f"step with the code it started with (git log {kept}), or start it over in another RUN")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(now, indent=1))
 

@@ -212,3 +212,16 @@ def test_the_target_is_met_only_on_the_confirmation_split_over_five_seeds(bench)
     assert not bench.target(block("confirm", 5, (0.04, [-0.01, 0.09]), (0.06, [-0.002, 0.12])))["met"]  # interval
     assert bench.target(block("confirm", 5, (0.031, [0.001, 0.06]), (0.0, [-0.02, 0.02])))["met"]  # greedy alone
     assert bench.target({"split": "confirm", "arms": {}}) == {"met": False, "why": "no rl arm read"}
+
+
+def test_the_confirmation_step_is_held_to_validations_settings(bench, tmp_path, monkeypatch):
+    """Confirm reads validation's adapters (and trains any it lacks): under other defaults it would mix arms."""
+    bench.same_base(tmp_path / "val", bench.BUDGET)
+    real = bench.get_preset
+    monkeypatch.setattr(bench, "get_preset", lambda name, **o: real(name, **{**o, "rl": {**o["rl"], "group_size": 4}}))
+    with pytest.raises(SystemExit, match=r"rl\.group_size"):
+        bench.same_base(tmp_path / "confirm", bench.BUDGET)
+    assert not (tmp_path / "confirm" / "base_preset.json").exists()
+    monkeypatch.setattr(bench, "get_preset", real)
+    bench.same_base(tmp_path / "confirm", bench.BUDGET)
+    assert (tmp_path / "confirm" / "base_preset.json").read_text() == (tmp_path / "val" / "base_preset.json").read_text()
