@@ -57,6 +57,7 @@ BUDGET = [f"eval.val_tasks={json.dumps(VAL)}", f"rl.pool={json.dumps(POOL)}", "r
 CHAIN = [f"eval.val_tasks={json.dumps(VAL)}", 'rl.pool={"math/arith": 2, "mhqa/lookup": 2}', "rl.pool_samples=2"]
 SFT_RATE = 1e-4  # the control's and RFT's rate: the SFT loss's, as the recipe's control ran it
 STATE = Path(__file__).resolve().parent / "state" / "rl_effect"  # committed outcomes, for the next session
+READINGS = Path(__file__).resolve().parents[1] / "docs" / "results" / "confirm_readings.jsonl"  # coa_lab's record
 KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json", "steps/*.jsonl", "base_preset.json",
         "trained_in.json")  # a step's outcomes, no weights
 # per step of every arm's run, what the issue asks to see: its own reward, ‖∇PG‖ beside ‖∇SFT‖, and how far the
@@ -74,7 +75,27 @@ def arms(out: Path, start: Path, arm_specs: list[str], seeds: list[int], sets: l
            "--arm", *arm_specs] + [a for s in sets for a in ("--set", s)] + (["--final"] if final else []) + (["--against", against] if against else [])
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
+    if split == "confirm":
+        keep_readings()
     return json.loads((out / "arms.json").read_text())
+
+
+def keep_readings(theirs: Path | None = None) -> None:
+    """Every reading of the confirmation split in THIS checkout's record (docs/results/confirm_readings.jsonl):
+    `coa-lab arms` records it in the checkout it imports, which is the working folder's when the measurement
+    runs from a frozen checkout of its code (a run over many sessions does)."""
+    if theirs is None:  # the record of the coa_lab `python -m coa_lab.cli` imports from here
+        theirs = Path(subprocess.run([sys.executable, "-c", "from coa_lab.rl_arms.runner import READINGS; print(READINGS)"],
+                                     capture_output=True, text=True, check=True).stdout.strip())
+    ours = READINGS
+    if theirs.resolve() == ours.resolve() or not theirs.exists():
+        return
+    have = ours.read_text().splitlines() if ours.exists() else []
+    new = [row for row in theirs.read_text().splitlines() if row.strip() and row not in have]
+    if new:
+        with ours.open("a") as fh:
+            fh.write("".join(row + "\n" for row in new))
+        print(f"{len(new)} confirmation reading(s) recorded in {ours} too")
 
 
 def same_base(out: Path, sets: list[str]) -> None:

@@ -225,3 +225,18 @@ def test_the_confirmation_step_is_held_to_validations_settings(bench, tmp_path, 
     monkeypatch.setattr(bench, "get_preset", real)
     bench.same_base(tmp_path / "confirm", bench.BUDGET)
     assert (tmp_path / "confirm" / "base_preset.json").read_text() == (tmp_path / "val" / "base_preset.json").read_text()
+
+
+def test_a_confirmation_reading_made_from_another_checkout_is_recorded_here(bench, tmp_path, monkeypatch):
+    """Run from a frozen checkout, `coa-lab arms` records the reading there; this checkout's record gets it too."""
+    ours, theirs = tmp_path / "ours.jsonl", tmp_path / "frozen" / "confirm_readings.jsonl"
+    monkeypatch.setattr(bench, "READINGS", ours)
+    theirs.parent.mkdir()
+    old, new = json.dumps({"date": "2026-11-01", "arms": ["a"]}), json.dumps({"date": "2026-12-01", "arms": ["rl"]})
+    ours.write_text(old + "\n")
+    theirs.write_text(old + "\n" + new + "\n")
+    bench.keep_readings(theirs)
+    bench.keep_readings(theirs)  # twice: recorded once
+    assert ours.read_text().splitlines() == [old, new]
+    bench.keep_readings(ours)  # the same record: nothing to do
+    assert ours.read_text().splitlines() == [old, new]
