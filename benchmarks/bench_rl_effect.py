@@ -44,8 +44,6 @@ import sys
 from pathlib import Path
 
 from benchmarks.results import save
-from coa_lab.config import get_preset
-from coa_lab.field_types import parse_overrides
 from coa_lab.machine import machine_peak
 
 VAL = {"math/arith": 160, "mhqa/lookup": 64}  # the arms' validation tasks (rl_arms.json's 224)
@@ -98,20 +96,36 @@ def keep_readings(theirs: Path | None = None) -> None:
         print(f"{len(new)} confirmation reading(s) recorded in {ours} too")
 
 
+MISSING = object()  # a field absent from kept settings
+
+
+def base_settings(sets: list[str], cwd: Path | None = None) -> dict:
+    """cpu-tiny with `sets`, resolved by the coa_lab the arms train with: `python -m coa_lab.cli` imports the
+    working folder's, so a measurement run from a frozen checkout of its code is held to that code's defaults,
+    not this checkout's (the recipe can be adopted here while it runs; its steps cannot move under it)."""
+    code = ("import json, sys; from coa_lab.config import get_preset; from coa_lab.field_types import parse_overrides; "
+            "print(json.dumps(get_preset('cpu-tiny', **parse_overrides(json.loads(sys.argv[1]))).to_dict()))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(sets)], capture_output=True, text=True, cwd=cwd)
+    if done.returncode:
+        raise SystemExit(f"the arms' settings did not resolve: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)
+
+
 def same_base(out: Path, sets: list[str]) -> None:
     """The settings every arm of a step is laid over (cpu-tiny with `sets`), resolved, kept beside its
     outcomes: a step that runs over several sessions must not pair arms trained under moved defaults
     (a recipe adopted into cpu-tiny mid-measurement would), so a difference stops it, naming the fields.
     The confirmation split reads validation's adapters, so it is held to validation's settings too."""
-    now = json.loads(json.dumps(get_preset("cpu-tiny", **parse_overrides(sets)).to_dict()))
+    now = base_settings(sets)
     path = out / "base_preset.json"
     val = out.parent / "val" / "base_preset.json"
     for kept in (path, val) if out.name == "confirm" else (path,):
         if not kept.exists():
             continue
         old = json.loads(kept.read_text())
+        # a field the training code lacks cannot act on its arms (afb3354 predates the demo's eval.control)
         moved = sorted(f"{sec}.{k}" for sec in now if isinstance(now[sec], dict)
-                       for k in set(now[sec]) | set(old.get(sec, {})) if now[sec].get(k) != old.get(sec, {}).get(k))
+                       for k in now[sec] if now[sec][k] != old.get(sec, {}).get(k, MISSING))
         moved += sorted(sec for sec in now if not isinstance(now[sec], dict) and now[sec] != old.get(sec))
         if moved:
             raise SystemExit(f"{out}: its arms were trained with other base settings ({', '.join(moved)}): run this "

@@ -5,10 +5,13 @@ for the same start adapter (its weights' sha256)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from conftest import import_benchmark
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -157,6 +160,7 @@ def test_the_arms_start_from_the_sweeps_pool_start_reading_and_run_at_the_chosen
 def test_a_step_stops_when_its_base_settings_moved_between_sessions(bench, tmp_path, monkeypatch):
     """The arms of one step run over many sessions: a default moved in between (e.g. the recipe adopted
     into cpu-tiny) would pair arms trained under different settings, so the step refuses, naming it."""
+    monkeypatch.chdir(REPO)  # `coa-lab arms` trains with the working folder's coa_lab: this checkout's
     out = tmp_path / "val"
     bench.same_base(out, bench.BUDGET)
     saved = json.loads((out / "base_preset.json").read_text())
@@ -164,9 +168,48 @@ def test_a_step_stops_when_its_base_settings_moved_between_sessions(bench, tmp_p
     bench.same_base(out, bench.BUDGET)  # the same settings: fine
     with pytest.raises(SystemExit, match=r"rl\.temperature"):
         bench.same_base(out, bench.BUDGET + ["rl.temperature=1.0"])
-    real = bench.get_preset
-    monkeypatch.setattr(bench, "get_preset", lambda name, **o: real(name, **{**o, "rl": {**o["rl"], "anchors_per_step": 0}}))
+    monkeypatch.chdir(_checkout(tmp_path, "anchors_per_step: int = 3", "anchors_per_step: int = 0"))
     with pytest.raises(SystemExit, match=r"rl\.anchors_per_step"):  # a moved default, not an override
+        bench.same_base(out, bench.BUDGET)
+
+
+def _checkout(tmp_path: Path, default: str, moved: str) -> Path:
+    """A checkout of coa_lab whose config.py moved one default: the working folder `coa-lab arms` trains from."""
+    folder = tmp_path / "checkout"
+    shutil.copytree(REPO / "coa_lab", folder / "coa_lab", ignore=shutil.ignore_patterns("__pycache__"))
+    config = folder / "coa_lab" / "config.py"
+    assert default in config.read_text()
+    config.write_text(config.read_text().replace(default, moved))
+    return folder
+
+
+def test_a_step_is_held_to_the_defaults_of_the_code_it_trains_with(bench, tmp_path, monkeypatch):
+    """A measurement run from a frozen checkout (its working folder) trains with that checkout's coa_lab: its
+    steps are held to those defaults, so the recipe can move in this checkout while it runs, and not under it."""
+    out = tmp_path / "val"
+    frozen = _checkout(tmp_path, "clip_high: float = 0.28", "clip_high: float = 0.3")
+    monkeypatch.chdir(frozen)
+    bench.same_base(out, bench.BUDGET)
+    assert json.loads((out / "base_preset.json").read_text())["rl"]["clip_high"] == 0.3
+    assert bench.base_settings(bench.BUDGET, cwd=REPO)["rl"]["clip_high"] == 0.28  # this checkout's own
+    bench.same_base(out, bench.BUDGET)  # the frozen code again: fine
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit, match=r"rl\.clip_high"):  # run with other code, the step refuses
+        bench.same_base(out, bench.BUDGET)
+
+
+def test_a_field_the_training_code_lacks_does_not_stop_its_step(bench, tmp_path, monkeypatch):
+    """Kept settings resolved by newer code name fields an older frozen checkout lacks (the demo's eval.control):
+    they cannot act on its arms. A field the training code has and the kept settings lack stops it."""
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "val"
+    bench.same_base(out, bench.BUDGET)
+    older = _checkout(tmp_path, "    control_samples: int = 2", "")
+    monkeypatch.chdir(older)
+    bench.same_base(out, bench.BUDGET)
+    assert "control_samples" not in json.loads((out / "base_preset.json").read_text())["eval"]
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit, match=r"eval\.control_samples"):
         bench.same_base(out, bench.BUDGET)
 
 
@@ -216,13 +259,13 @@ def test_the_target_is_met_only_on_the_confirmation_split_over_five_seeds(bench)
 
 def test_the_confirmation_step_is_held_to_validations_settings(bench, tmp_path, monkeypatch):
     """Confirm reads validation's adapters (and trains any it lacks): under other defaults it would mix arms."""
+    monkeypatch.chdir(REPO)
     bench.same_base(tmp_path / "val", bench.BUDGET)
-    real = bench.get_preset
-    monkeypatch.setattr(bench, "get_preset", lambda name, **o: real(name, **{**o, "rl": {**o["rl"], "group_size": 4}}))
-    with pytest.raises(SystemExit, match=r"rl\.group_size"):
+    monkeypatch.chdir(_checkout(tmp_path, "clip_low: float = 0.2", "clip_low: float = 0.25"))
+    with pytest.raises(SystemExit, match=r"rl\.clip_low"):
         bench.same_base(tmp_path / "confirm", bench.BUDGET)
     assert not (tmp_path / "confirm" / "base_preset.json").exists()
-    monkeypatch.setattr(bench, "get_preset", real)
+    monkeypatch.chdir(REPO)
     bench.same_base(tmp_path / "confirm", bench.BUDGET)
     assert (tmp_path / "confirm" / "base_preset.json").read_text() == (tmp_path / "val" / "base_preset.json").read_text()
 
