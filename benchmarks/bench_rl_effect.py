@@ -114,7 +114,8 @@ def base_settings(sets: list[str], cwd: Path | None = None) -> dict:
 def same_base(out: Path, sets: list[str]) -> None:
     """The settings every arm of a step is laid over (cpu-tiny with `sets`), resolved, kept beside its
     outcomes: a step that runs over several sessions must not pair arms trained under moved defaults
-    (a recipe adopted into cpu-tiny mid-measurement would), so a difference stops it, naming the fields.
+    (a default changed in the code the arms train with, see base_settings), so a difference stops it,
+    naming the fields.
     The confirmation split reads validation's adapters, so it is held to validation's settings too."""
     now = base_settings(sets)
     path = out / "base_preset.json"
