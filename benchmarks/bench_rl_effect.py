@@ -347,6 +347,14 @@ def step_summary(rows: list[dict]) -> dict:
             "to_step": moved[-1]["step"] if moved else None}
 
 
+def pool_summary(pool_json: Path) -> dict | None:
+    """What the shared screening kept: candidates, samples each, rollouts spent, kept, and the pass-count histogram."""
+    if not pool_json.exists():
+        return None
+    p = json.loads(pool_json.read_text())
+    return {k: p[k] for k in ("candidates", "samples", "rollouts", "kept", "histogram") if k in p}
+
+
 def publish(run: Path) -> None:
     """docs/results/rl_effect.json from the stored outcomes: validation, and confirmation if read."""
     start = json.loads((run / "effect" / "start" / "start.json").read_text())
@@ -362,7 +370,8 @@ def publish(run: Path) -> None:
     if sweep.exists():
         s = json.loads(sweep.read_text())
         step_logs(sweep.parent)
-        out["sweep"] = {"split": s["split"], "tasks": s["tasks"], "sft": {m: s["sft"][m] for m in s["metrics"]},
+        out["sweep"] = {"split": s["split"], "tasks": s["tasks"], "pool": pool_summary(sweep.parent / "pool.json"),
+                        "sft": {m: s["sft"][m] for m in s["metrics"]},
                         "sft_by_family": s["sft"]["by_family"],
                         "arms": {a: _arm_block(r, sweep.parent, a) for a, r in s["arms"].items()}, **_diffs(s)}
     for split in ("val", "confirm"):

@@ -176,6 +176,16 @@ def grad_scaler(model, cfg: ModelConfig):
     return torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and effective_dtype(cfg) == "float16")
 
 
+def numeric_mode(cfg: ModelConfig) -> str:
+    """What compute_context will run on this machine, as a label: readings made in different modes
+    differ in their last bits, so answers can flip, and a table that pairs them must not mix them."""
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda-{effective_dtype(cfg)}"
+    return f"cpu-{cfg.dtype}" + ("+bf16-autocast" if cpu_autocast_enabled(cfg) else "")
+
+
 def compute_context(model, cfg: ModelConfig):
     """The numeric mode of every forward pass the lab runs itself (sampling, old log-probs, the
     DAPO update), so sampler and trainer agree.

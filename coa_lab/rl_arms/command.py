@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from coa_lab import pipeline
+from coa_lab.generation.models import numeric_mode
 from coa_lab.rl.pool import headroom
 from coa_lab.rl_arms import readout, runner, spec, table
 
@@ -62,7 +63,7 @@ def main(args) -> int:
     mix, groups = readout.task_groups(base, args.split)
     settings = {"split": args.split, "mix": mix, "samples": args.samples, "temperature": base.rl.temperature,
                 "greedy_temperature": base.eval.temperature, "start": str(start.resolve()),
-                "model": base.model.name, "preset": base.name}
+                "model": base.model.name, "preset": base.name, "numerics": numeric_mode(base.model)}
     runner._check_settings(out, settings)
     if args.split == "confirm":
         runner.record_reading(args, mix, base.name, list(arms) or [f"{n}@{s}" for n, s in todo])

@@ -64,14 +64,17 @@ def record_reading(args, mix: dict, preset_name: str, what: list[str]) -> None:
 
 
 def _check_settings(out: Path, settings: dict) -> None:
-    """Every file under OUT pairs with every other: the same tasks, samples and temperatures."""
+    """Every file under OUT pairs with every other: the same tasks, samples, temperatures and numeric
+    mode. A field an older settings.json lacks cannot be checked; it is recorded from now on."""
     path = out / "settings.json"
     if path.exists():
         old = json.loads(path.read_text())
-        diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+        diff = {k: (old[k], v) for k, v in settings.items() if k in old and old[k] != v}
         if diff:
+            hint = (" (pin the numeric mode the earlier readings used: COA_LAB_CPU_BF16=1 for bf16 autocast, "
+                    "0 for fp32)" if "numerics" in diff else "")
             raise SystemExit(f"coa-lab arms: {out} was read with other settings {diff} (was, now): its "
-                             f"outcomes would not pair with these; give another --out")
+                             f"outcomes would not pair with these; give another --out{hint}")
     readout.write_atomic(path, settings)
 
 

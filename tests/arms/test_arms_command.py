@@ -146,6 +146,31 @@ def test_another_reading_of_the_same_out_must_pair(run, fakes, capsys):
     assert "other settings" in capsys.readouterr().err
 
 
+def test_readings_in_another_numeric_mode_do_not_pair(run, fakes, capsys, monkeypatch):
+    """A later session on another draw (no bf16 units) would read in fp32 what was read under bf16
+    autocast: answers flip in the last bits, so it stops and says how to pin the mode."""
+    from coa_lab.generation import models
+
+    monkeypatch.setenv("COA_LAB_CPU_BF16", "1")
+    models.cpu_bf16_is_fast.cache_clear()  # the answer is cached per process
+    assert _arms(run, "--seeds", "0") == 0
+    out = run / "arms"
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["numerics"] == models.numeric_mode(models.ModelConfig()) == "cpu-float32+bf16-autocast"
+    monkeypatch.setenv("COA_LAB_CPU_BF16", "0")
+    models.cpu_bf16_is_fast.cache_clear()
+    try:
+        assert _arms(run, "--seeds", "0", "1") == 2
+        assert "numerics" in capsys.readouterr().err
+        # a settings file written before the field existed cannot say: it is read on, and the field recorded
+        del settings["numerics"]
+        (out / "settings.json").write_text(json.dumps(settings))
+        assert _arms(run, "--seeds", "0") == 0
+        assert json.loads((out / "settings.json").read_text())["numerics"] == "cpu-float32"
+    finally:
+        models.cpu_bf16_is_fast.cache_clear()
+
+
 def test_arms_from_an_arms_adapter_screen_their_own_pool(run, fakes):
     """An arm's adapter as the start (a converged start: SFT extended by the control's steps)
     holds its own start's screening, another policy's: the first arm from it screens anew."""

@@ -283,3 +283,12 @@ def test_a_confirmation_reading_made_from_another_checkout_is_recorded_here(benc
     assert ours.read_text().splitlines() == [old, new]
     bench.keep_readings(ours)  # the same record: nothing to do
     assert ours.read_text().splitlines() == [old, new]
+
+
+def test_the_pool_summary_says_what_the_shared_screening_kept(bench, tmp_path):
+    pool = tmp_path / "pool.json"
+    assert bench.pool_summary(pool) is None  # a step not screened yet
+    pool.write_text(json.dumps({"candidates": 200, "samples": 4, "rollouts": 726, "kept": 63,
+                                "histogram": {"4/4": 103}, "pass_rates": {"t1": 0.5}, "anchors": ["a"]}))
+    assert bench.pool_summary(pool) == {"candidates": 200, "samples": 4, "rollouts": 726, "kept": 63,
+                                        "histogram": {"4/4": 103}}
