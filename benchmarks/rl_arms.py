@@ -34,7 +34,8 @@ from coa_lab.rl.pool import headroom
 from coa_lab.rl_arms.readout import eval_mix  # noqa: F401 - the split's tasks, shared with `coa-lab arms`
 from coa_lab.rl_arms.runner import finished_rl  # noqa: F401 - a run whose RL stage ran all its steps
 
-ARMS = {"rl+ptx": {}, "rl": {"sft_coef": 0.0}, "control": {"pg_coef": 0.0}}
+# each names its SFT mix, so an arm means what it meant whichever mix the preset's recipe has
+ARMS = {"rl+ptx": {"sft_coef": 1.0}, "rl": {"sft_coef": 0.0}, "control": {"pg_coef": 0.0, "sft_coef": 1.0}}
 ORDER = ("rl+ptx", "rl", "control")  # an RL arm first: its pool screening is reused by the others
 READINGS = Path(__file__).resolve().parent.parent / "docs" / "results" / "confirm_readings.jsonl"
 

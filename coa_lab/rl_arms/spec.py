@@ -11,11 +11,12 @@ import re
 from coa_lab.config import Preset, get_preset
 from coa_lab.field_types import parse_overrides
 
-# the arms of benchmarks/rl_arms.py, and RFT (rejection-sampling fine-tuning: rl.advantage = "rft")
+# the arms of benchmarks/rl_arms.py, and RFT (rejection-sampling fine-tuning: rl.advantage = "rft"); each
+# names its SFT mix, so an arm means the same whichever mix the preset's recipe has
 BUILTIN: dict[str, dict] = {
-    "rl+ptx": {},  # the recipe: policy gradient + the SFT loss mixed in (rl.sft_coef)
+    "rl+ptx": {"rl": {"sft_coef": 1.0}},  # policy gradient + the SFT loss mixed in (PPO-ptx)
     "rl": {"rl": {"sft_coef": 0.0}},  # the policy gradient alone
-    "control": {"rl": {"pg_coef": 0.0}},  # the SFT mix alone, the same steps and rows: nothing sampled
+    "control": {"rl": {"pg_coef": 0.0, "sft_coef": 1.0}},  # the SFT loss alone, same steps and rows: nothing sampled
     "rft": {"rl": {"advantage": "rft", "sft_coef": 0.0}},
 }
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")  # a file name too: scores/<arm>_seed<s>.json

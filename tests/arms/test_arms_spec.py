@@ -11,7 +11,7 @@ from coa_lab.rl_arms import spec
 
 
 def test_arms_parse_builtins_and_overrides():
-    assert spec.parse_arm("control") == ("control", {"rl": {"pg_coef": 0.0}})
+    assert spec.parse_arm("control") == ("control", {"rl": {"pg_coef": 0.0, "sft_coef": 1.0}})
     assert spec.parse_arm("rft") == ("rft", {"rl": {"advantage": "rft", "sft_coef": 0.0}})
     assert spec.parse_arm("kl=rl.kl_coef=0.05,rl.sft_coef=0") == ("kl", {"rl": {"kl_coef": 0.05, "sft_coef": 0}})
     # a JSON value keeps its commas: the split is only before the next SECTION.FIELD=
@@ -54,3 +54,14 @@ def test_layered_settings_and_help(capsys):
         main(["arms", "--help"])
     out = capsys.readouterr().out
     assert "--readout-only" in out and "NAME=SECTION.FIELD=VALUE" in out and "rl.temperature" in out
+
+
+@pytest.mark.parametrize("recipe_mix", [0.0, 1.0])
+def test_builtin_arms_mean_the_same_whatever_the_recipes_sft_mix(recipe_mix):
+    """The recipe may drop the SFT mix (docs/rl-effect.md's rule): rl+ptx still mixes it in, rl and rft
+    still leave it out, and the control still has an SFT loss to train on."""
+    base = get_preset("cpu-tiny", rl={"sft_coef": recipe_mix})
+    arm = {name: spec.arm_preset(base, name, spec.parse_arm(name)[1]).rl for name in spec.BUILTIN}
+    assert arm["rl+ptx"].sft_coef == 1.0 and arm["rl+ptx"].pg_coef == 1.0
+    assert arm["rl"].sft_coef == 0.0 and arm["rft"].sft_coef == 0.0 and arm["rft"].advantage == "rft"
+    assert arm["control"].pg_coef == 0.0 and arm["control"].sft_coef == 1.0
