@@ -143,9 +143,12 @@ class EvalConfig:
     teacher: bool = True  # also run the multi-agent teacher on the headline tasks (cost comparison)
     samples: int = 1  # k for pass@k / avg@k; 1 = greedy
     temperature: float = 0.0  # greedy: one reading per task, no sampling noise
-    # RL against its control: the RL stage again with the policy gradient off (the same steps, SFT rows and
-    # rate; nothing sampled, so cheap), read beside RL. RL − SFT counts the SFT mix as RL's own gain
+    # RL against its control: the RL stage again with the policy gradient off (the same steps and SFT rows;
+    # nothing sampled, so cheap), read beside RL. RL − SFT counts any more SFT as RL's own gain
     control: bool = True
+    # the control's rate: the arms' control, more SFT at the rate the converged start was made with
+    # (docs/rl-effect.md), so the demo's RL − control is the arms' comparison at one seed; None: RL's own rate
+    control_learning_rate: float | None = 1e-4
     control_samples: int = 2  # k answers a headline task at rl.temperature for SFT, control and RL: sharpening
     # shows there first (avg@k), under an unchanged greedy answer; 0 = greedy only
 

@@ -325,8 +325,9 @@ def new_rl_run(folder: Path, adapter: Path, distill: Path, pool: Path) -> None:
 
 def control(preset: Preset, run: Path) -> dict:
     """RL's control (eval.control): the RL stage again from the same SFT adapter with the policy gradient
-    off: the same steps, SFT rows, rate and seed, nothing sampled, in RUN/control. Why: RL's updates mix
-    the SFT loss in (rl.sft_coef), so RL − SFT counts that extra SFT as RL's; RL − control does not."""
+    off: the same steps, SFT rows and seed at eval.control_learning_rate, nothing sampled, in RUN/control.
+    Why: a gain over SFT may be only more SFT (and where RL's updates mix the SFT loss in, rl.sft_coef,
+    RL − SFT counts that extra SFT as RL's); RL − control does not."""
     if not preset.eval.control:
         return {}
     for needed in (run / "sft" / "adapter", run / "rl" / "pool.json"):
@@ -340,7 +341,8 @@ def control(preset: Preset, run: Path) -> dict:
         new_rl_run(folder, run / "sft" / "adapter", run / "distill", run / "rl" / "pool.json")
     distributed.barrier()
     # the recipe without its policy gradient; a recipe with no SFT mix is held against the SFT loss on its rows
-    rl_off = dataclasses.replace(preset.rl, pg_coef=0.0, sft_coef=preset.rl.sft_coef or 1.0)
+    rate = preset.eval.control_learning_rate or preset.rl.learning_rate
+    rl_off = dataclasses.replace(preset.rl, pg_coef=0.0, sft_coef=preset.rl.sft_coef or 1.0, learning_rate=rate)
     return rl(dataclasses.replace(preset, rl=rl_off), folder, reuse_pool=True)
 
 

@@ -111,3 +111,24 @@ def test_the_control_starts_no_sampler_even_where_rl_would_start_vllm(monkeypatc
     rl = get_preset("cpu-smoke", rl={"pg_coef": 0.0, "sft_coef": 1.0})
     assert trainer._sampler(rl, None, None, None, None, None) is None
     assert trainer._sampler(get_preset("cpu-smoke"), None, None, None, None, None) == "an engine"
+
+
+@pytest.mark.parametrize("recipe", [{"sft_coef": 0.0, "learning_rate": 2e-5}, {"sft_coef": 0.5, "learning_rate": 1e-4}])
+def test_the_demos_control_is_the_arms_control_whatever_the_recipe(tmp_path, monkeypatch, recipe):
+    """pipeline.control: the RL stage with the policy gradient off at eval.control_learning_rate (the arms'
+    control rate); a recipe without the SFT mix is held against the SFT loss at weight 1, one with it keeps its
+    weight; None: RL's own rate."""
+    from coa_lab import pipeline
+
+    for needed in ("sft/adapter", "rl"):
+        (tmp_path / needed).mkdir(parents=True)
+    (tmp_path / "rl" / "pool.json").write_text("{}")
+    ran = []
+    monkeypatch.setattr(pipeline, "new_rl_run", lambda *a: None)
+    monkeypatch.setattr(pipeline, "rl", lambda preset, folder, reuse_pool: ran.append((preset.rl, folder, reuse_pool)))
+    pipeline.control(get_preset("cpu-smoke", rl=recipe), tmp_path)
+    rl, folder, reuse = ran[-1]
+    assert (rl.pg_coef, rl.learning_rate, rl.sft_coef) == (0.0, 1e-4, recipe["sft_coef"] or 1.0)
+    assert folder == tmp_path / "control" and reuse
+    pipeline.control(get_preset("cpu-smoke", rl=recipe, eval={"control_learning_rate": None}), tmp_path)
+    assert ran[-1][0].learning_rate == recipe["learning_rate"]
