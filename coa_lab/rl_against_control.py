@@ -1,10 +1,10 @@
 """RL against its control in one run: what the policy gradient added beyond the SFT loss RL mixes in.
 
 The control (pipeline.control, eval.control) is the RL stage again with the policy gradient off: the
-same SFT adapter, steps, SFT rows and seed, at the arms' control rate (eval.control_learning_rate). Both are read on the same headline test tasks,
-greedy and k times at RL's sampling temperature (avg@k: RL sharpens the sampled policy first, often
-under an unchanged greedy answer). Every figure here is a coa_lab/comparison.py function of the
-eval stage's per-task files; nothing is recomputed from a model.
+same SFT adapter, steps, SFT rows and seed, at the arms' control rate (eval.control_learning_rate).
+Both are read on the same headline test tasks, greedy and k times at RL's sampling temperature (avg@k:
+RL sharpens the sampled policy first, often under an unchanged greedy answer). Every figure here is a
+coa_lab/comparison.py function of the eval stage's per-task files; nothing is recomputed from a model.
 
 One run is one seed: the interval is a bootstrap over tasks, and seeds vary more than that
 (`coa-lab arms` runs the same comparison across seeds)."""
@@ -68,8 +68,8 @@ def control_lines(result: dict | None) -> list[str]:
     head = "| comparison | greedy |" + (f" avg@{k} at T = {temp} |" if k else "")
     lines = ["## RL against its control", "",
              "The control is the RL stage again with the policy gradient off (the same steps, SFT rows and "
-             "seed, at eval.control_learning_rate; nothing sampled). Points on the headline test tasks, one seed: 95% interval over tasks, "
-             "tasks won / lost (`coa-lab arms` runs the same comparison across seeds).", "",
+             "seed, at eval.control_learning_rate; nothing sampled). Points on the headline test tasks, one seed: "
+             "95% interval over tasks, tasks won / lost (`coa-lab arms` runs the same comparison across seeds).", "",
              head, "|---|---|" + ("---|" if k else "")]
     for key, label in names.items():
         if key in result:

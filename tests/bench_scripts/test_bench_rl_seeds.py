@@ -91,8 +91,8 @@ def test_arms_refuse_the_confirmation_split_without_final_and_unknown_arms(bench
 
     with pytest.raises(SystemExit, match="unknown arm"):
         rl_arms.arm_overrides("ppo", {}, 0)
-    assert rl_arms.arm_overrides("control", {"rl": {"steps": 4}}, 3) == {"rl": {"steps": 4, "pg_coef": 0.0, "sft_coef": 1.0,
-                                                                                "seed": 3}}
+    assert rl_arms.arm_overrides("control", {"rl": {"steps": 4}}, 3) == {
+        "rl": {"steps": 4, "pg_coef": 0.0, "sft_coef": 1.0, "seed": 3}}
     assert rl_arms.arm_overrides("rl", {}, 1) == {"rl": {"sft_coef": 0.0, "seed": 1}}
     with pytest.raises(SystemExit, match="needs rl.sft_coef > 0"):
         bench.main(["--sft-adapter", adapter, "--arms", "control", "--split", "val", "--set", "rl.sft_coef=0"])
