@@ -6,14 +6,20 @@ Run (RUN holds distill/ and sft/adapter, e.g. the demo's run folder or bench_rl_
     python -m benchmarks.bench_rl_effect sweep --run RUN         # 2. the policy gradient's rate, one seed
     python -m benchmarks.bench_rl_effect arms --run RUN --seeds 0 1 2 3 4   # 3. control, rft, rl, rl+ptx
     python -m benchmarks.bench_rl_effect arms --run RUN --seeds 0 1 2 3 4 --split confirm --final
-    python -m benchmarks.bench_rl_effect publish --run RUN       # docs/results/rl_effect.json
     python -m benchmarks.bench_rl_effect save-state --run RUN    # outcomes -> benchmarks/state/rl_effect
+    python -m benchmarks.bench_rl_effect publish                 # docs/results/rl_effect.json, from the state
 
 Across sessions: `save-state` copies every stored outcome (scores, pools, tables; no weights) into
 benchmarks/state/rl_effect/, committed. A later session on another machine runs `converge` again
 (the start is rebuilt from the shipped capture: SFT, then the control's steps); `sweep` and `arms`
 then restore the saved outcomes into RUN/effect only when the rebuilt start's weights hash to the
 saved start's sha256 (the same adapter, so the outcomes pair), and otherwise start over from it.
+A rebuild matches only on the same kind of machine in the same numeric mode: validation's start
+(bf16 autocast) was lost with its machine before seed 4 of three arms had run. The confirmation
+split is therefore read from its own start, rebuilt by the same protocol (converge) in fp32, which
+every draw has, and kept WITH its weights (benchmarks/state/rl_effect/confirm_start/, ~20 MB):
+`arms --split confirm` on a fresh RUN restores that adapter instead of rebuilding it, so the arms of
+any later session pair with those of the first. Validation's settings, pool and budget still hold.
 
 1. converge: the control arm (the SFT loss alone, RL's steps and rows, nothing sampled) from the SFT
    adapter, then from its result, and so on, each read greedy on validation; the start is the first
@@ -55,6 +61,7 @@ BUDGET = [f"eval.val_tasks={json.dumps(VAL)}", f"rl.pool={json.dumps(POOL)}", "r
 CHAIN = [f"eval.val_tasks={json.dumps(VAL)}", 'rl.pool={"math/arith": 2, "mhqa/lookup": 2}', "rl.pool_samples=2"]
 SFT_RATE = 1e-4  # the control's and RFT's rate: the SFT loss's, as the recipe's control ran it
 STATE = Path(__file__).resolve().parent / "state" / "rl_effect"  # committed outcomes, for the next session
+CONFIRM_START = "confirm_start"  # under STATE: the confirmation's own start, weights included (save_confirm_start)
 READINGS = Path(__file__).resolve().parents[1] / "docs" / "results" / "confirm_readings.jsonl"  # coa_lab's record
 KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json", "steps/*.jsonl", "base_preset.json",
         "trained_in.json")  # a step's outcomes, no weights
@@ -120,6 +127,8 @@ def same_base(out: Path, sets: list[str]) -> None:
     now = base_settings(sets)
     path = out / "base_preset.json"
     val = out.parent / "val" / "base_preset.json"
+    if not val.exists():  # a RUN from the confirmation's own start: validation's settings are the saved ones
+        val = STATE / "val" / "base_preset.json"
     for kept in (path, val) if out.name == "confirm" else (path,):
         if not kept.exists():
             continue
@@ -183,21 +192,79 @@ def step_logs(step_dir: Path) -> None:
         out.write_text("".join(json.dumps({k: r[k] for k in STEP_FIELDS if k in r}) + "\n" for r in rows))
 
 
+def _copy_outcomes(src: Path, dst: Path, patterns: tuple[str, ...]) -> None:
+    """The files under src matching `patterns` (outcomes), outside any runs/ folder (weights), into dst."""
+    for pattern in patterns:
+        for f in src.rglob(pattern.split("/")[-1]):
+            rel = f.relative_to(src)
+            if "runs" in rel.parts or not f.match(pattern):
+                continue
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, dst / rel)
+
+
 def save_state(run: Path) -> None:
-    """Every outcome under RUN/effect (no weights) into STATE, with the start's sha256."""
+    """Every outcome under RUN/effect (no weights) into STATE, with the start's sha256; a run from the
+    confirmation's own start (not validation's) keeps that start, weights included (save_confirm_start)."""
     effect = run / "effect"
     for step_dir in effect.iterdir():
         if step_dir.is_dir():
             step_logs(step_dir)
-    for pattern in KEPT + ("start/start.json",):
-        for f in effect.rglob(pattern.split("/")[-1]):
-            rel = f.relative_to(effect)
-            if "runs" in rel.parts or not f.match(pattern):
-                continue
-            (STATE / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(f, STATE / rel)
-    (STATE / "start_sha256").write_text(sha256(_start(run)) + "\n")
+    kept = STATE / "start_sha256"
+    if kept.exists() and kept.read_text().strip() != sha256(_start(run)):
+        return save_confirm_start(run)
+    _copy_outcomes(effect, STATE, KEPT + ("start/start.json",))
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(sha256(_start(run)) + "\n")
     print(f"saved the outcomes under {effect} to {STATE}")
+
+
+def save_confirm_start(run: Path) -> None:
+    """A run from another start than validation's: its start (converge record, adapter weights, the SFT
+    trajectories rl.sft_coef mixes in) into STATE/confirm_start, its confirmation outcomes into STATE/confirm.
+    Why the weights: a rebuild matches bit for bit only on the same kind of machine and numeric mode, and
+    the confirmation's arms, read over many sessions on whatever draw comes, must pair with one start."""
+    effect, saved = run / "effect", STATE / CONFIRM_START
+    start = _start(run)
+    if (saved / "sha256").exists() and (saved / "sha256").read_text().strip() != sha256(start):
+        raise SystemExit(f"{saved} holds another start (sha256 {(saved / 'sha256').read_text()[:12]}): this run's "
+                         f"outcomes would not pair with the saved ones; restore that start (arms --split confirm)")
+    others = sorted(d.name for d in effect.iterdir() if d.is_dir() and d.name not in ("start", "confirm"))
+    if others:
+        print(f"not saved: {', '.join(others)} (validation's steps belong to validation's start; this run's "
+              f"start is another)")
+    restored = "restored_from" in json.loads((effect / "start" / "start.json").read_text())
+    _copy_outcomes(effect / "start", saved, KEPT + (() if restored else ("start.json",)))
+    (saved / "adapter").mkdir(parents=True, exist_ok=True)
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        shutil.copy(start / name, saved / "adapter" / name)
+    home = start.resolve().parent.parent  # the start's run folder: the trajectories beside it, its settings
+    for name in ("distill/kept.jsonl", "preset.json"):
+        if (home / name).exists():
+            (saved / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(home / name, saved / name)
+    (saved / "sha256").write_text(sha256(start) + "\n")
+    if (effect / "confirm").exists():
+        _copy_outcomes(effect / "confirm", STATE / "confirm", KEPT)
+    print(f"saved the confirmation's start (weights included) to {saved}, its outcomes to {STATE / 'confirm'}")
+
+
+def restore_confirm_start(run: Path) -> None:
+    """The saved confirmation start into a fresh RUN (effect/start/saved/rl/adapter, its trajectories at
+    saved/distill/kept.jsonl where `coa-lab arms` looks beside an adapter), instead of rebuilding one."""
+    saved, state = STATE / CONFIRM_START, run / "effect" / "start" / "start.json"
+    if state.exists() or not (saved / "adapter" / "adapter_model.safetensors").exists():
+        return
+    home = run / "effect" / "start" / "saved"
+    shutil.copytree(saved / "adapter", home / "rl" / "adapter")
+    for name in ("distill/kept.jsonl", "preset.json"):
+        if (saved / name).exists():
+            (home / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(saved / name, home / name)
+    record = json.loads((saved / "start.json").read_text())
+    record.update(start=str(home / "rl" / "adapter"), restored_from=str(saved))
+    state.write_text(json.dumps(record, indent=1))
+    print(f"the confirmation's start restored from {saved} (sha256 {sha256(home / 'rl' / 'adapter')[:12]})")
 
 
 def restore(run: Path, step: str) -> None:
@@ -205,7 +272,8 @@ def restore(run: Path, step: str) -> None:
     saved, out = STATE / step, run / "effect" / step
     if not saved.exists() or out.exists():
         return
-    want = (STATE / "start_sha256").read_text().strip()
+    sha = STATE / CONFIRM_START / "sha256"
+    want = (sha if step == "confirm" and sha.exists() else STATE / "start_sha256").read_text().strip()
     if sha256(_start(run)) != want:
         print(f"the rebuilt start is not the saved one (sha256 {want[:12]}): {step} starts over from it")
         return
@@ -222,11 +290,14 @@ def from_sweep(run: Path, split: str, rate: float) -> None:
     the chosen rate, which is the `rl` arm's seed 0 (same start, budget, pool, seed and overrides).
     Why: a screening is ~730 rollouts and a run ~50 minutes; redoing them would re-measure the same thing."""
     sweep, out = run / "effect" / "sweep", run / "effect" / split
-    if not (sweep / "pool.json").exists():
+    pool = sweep / "pool.json"
+    if not pool.exists() and split == "confirm":  # the confirmation's own start trains on the same screening
+        pool = STATE / "val" / "pool.json"
+    if not pool.exists():
         return
     (out / "scores").mkdir(parents=True, exist_ok=True)
     if not (out / "pool.json").exists():
-        shutil.copy(sweep / "pool.json", out / "pool.json")
+        shutil.copy(pool, out / "pool.json")
     if split != "val":
         return
     name = f"rl_lr{rate:g}"
@@ -275,7 +346,7 @@ def rl_arm(name: str, rate: float, ptx: bool = False) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("step", choices=["converge", "sweep", "arms", "publish", "save-state"])
-    ap.add_argument("--run", type=Path, required=True)
+    ap.add_argument("--run", type=Path, help="the run folder (every step but publish, which reads the saved state)")
     ap.add_argument("--min-gain", type=float, default=0.01)
     ap.add_argument("--max-links", type=int, default=5)
     ap.add_argument("--rates", type=float, nargs="+", default=[1e-5, 2e-5, 5e-5])
@@ -284,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", default="val", choices=["val", "confirm"])
     ap.add_argument("--final", action="store_true")
     args = ap.parse_args(argv)
+    if args.run is None and args.step != "publish":
+        ap.error(f"{args.step} needs --run RUN")
     if args.step == "converge":
         converge(args.run, args.min_gain, args.max_links)
     elif args.step == "save-state":
@@ -295,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.step == "arms":
         if args.rate is None:
             raise SystemExit("give --rate: the policy gradient's rate the sweep chose on validation")
+        if args.split == "confirm":
+            restore_confirm_start(args.run)
         restore(args.run, args.split)
         from_sweep(args.run, args.split, args.rate)
         specs = [f"control=rl.pg_coef=0,rl.sft_coef=1.0,rl.learning_rate={SFT_RATE}",
@@ -305,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         arms(args.run / "effect" / args.split, _start(args.run), specs, args.seeds, BUDGET, samples=4,
              split=args.split, final=args.final, against="rft")
     else:
-        publish(args.run)
+        publish()
     return 0
 
 
@@ -355,13 +430,14 @@ def pool_summary(pool_json: Path) -> dict | None:
     return {k: p[k] for k in ("candidates", "samples", "rollouts", "kept", "histogram") if k in p}
 
 
-def publish(run: Path) -> None:
-    """docs/results/rl_effect.json from the stored outcomes: validation, and confirmation if read."""
-    start = json.loads((run / "effect" / "start" / "start.json").read_text())
-    sweep = run / "effect" / "sweep" / "arms.json"
-    out: dict = {"start": start, "budget": BUDGET, "sft_rate": SFT_RATE,
-                 "complete": (run / "effect" / "confirm" / "arms.json").exists()}
-    step1 = run / "effect" / "step1" / "arms.json"
+def publish(state: Path | None = None) -> None:
+    """docs/results/rl_effect.json from the saved outcomes (STATE, see save_state): validation, and the
+    confirmation split as far as it has been read, from its own start where it has one."""
+    state = state or STATE
+    start = json.loads((state / "start" / "start.json").read_text())
+    sweep = state / "sweep" / "arms.json"
+    out: dict = {"start": start, "budget": BUDGET, "sft_rate": SFT_RATE}
+    step1 = state / "step1" / "arms.json"
     if step1.exists():  # the sampled readout beside greedy, at the SFT adapter, with the old recipe's control
         s1 = json.loads(step1.read_text())
         out["step1"] = {"split": s1["split"], "tasks": s1["tasks"], "start": "RUN/sft/adapter",
@@ -369,23 +445,26 @@ def publish(run: Path) -> None:
                         "arms": {a: _arm_block(r) for a, r in s1["arms"].items()}}
     if sweep.exists():
         s = json.loads(sweep.read_text())
-        step_logs(sweep.parent)
         out["sweep"] = {"split": s["split"], "tasks": s["tasks"], "pool": pool_summary(sweep.parent / "pool.json"),
                         "sft": {m: s["sft"][m] for m in s["metrics"]},
                         "sft_by_family": s["sft"]["by_family"],
                         "arms": {a: _arm_block(r, sweep.parent, a) for a, r in s["arms"].items()}, **_diffs(s)}
     for split in ("val", "confirm"):
-        f = run / "effect" / split / "arms.json"
+        f = state / split / "arms.json"
         if not f.exists():
             continue
         t = json.loads(f.read_text())
-        step_logs(f.parent)
         block = {"split": split, "tasks": t["tasks"], "task_ids": t["task_ids"], "seeds": t["seeds"],
                  "sft": {m: t["sft"][m] for m in t["metrics"]},
                  "arms": {a: _arm_block(r, f.parent, a) for a, r in t["arms"].items()}, **_diffs(t)}
+        own = state / CONFIRM_START / "start.json"
+        if split == "confirm" and own.exists():  # read from its own start (save_confirm_start says why)
+            block["start"] = {**json.loads(own.read_text()), "sha256": (own.parent / "sha256").read_text().strip()}
         out[split] = {**block, "target": target(block)}
-    final = out.get("confirm") or out.get("val")
-    if final:  # the issue's top-level fields: the confirmation split's arms once read, validation's until then
+    confirm = out.get("confirm")
+    out["complete"] = bool(confirm) and all(len(a["seeds"]) >= TARGET_SEEDS for a in confirm["arms"].values())
+    final = confirm if out["complete"] else out.get("val")
+    if final:  # the issue's top-level fields: the confirmation split's arms once all read, validation's until then
         out.update({k: final[k] for k in ("split", "tasks", "seeds", "arms", "rl_minus_rft", "target") if k in final})
     save("rl_effect", {**out, "machine": machine_peak()})
 

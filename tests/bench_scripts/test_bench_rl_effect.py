@@ -292,3 +292,104 @@ def test_the_pool_summary_says_what_the_shared_screening_kept(bench, tmp_path):
                                 "histogram": {"4/4": 103}, "pass_rates": {"t1": 0.5}, "anchors": ["a"]}))
     assert bench.pool_summary(pool) == {"candidates": 200, "samples": 4, "rollouts": 726, "kept": 63,
                                         "histogram": {"4/4": 103}}
+
+
+def _converged_from(run: Path, weights: bytes) -> Path:
+    """A start as `converge` leaves it: link0's control run, with distill/ and preset.json in its folder."""
+    _with_start(run, weights)
+    home = run / "effect" / "start" / "link0" / "runs" / "control" / "seed0"
+    (home / "rl" / "adapter" / "adapter_config.json").write_text('{"r": 16}')
+    (home / "distill").mkdir()
+    (home / "distill" / "kept.jsonl").write_text('{"id": "t1"}\n')
+    (home / "preset.json").write_text('{"name": "cpu-tiny"}')
+    link = run / "effect" / "start" / "link0"
+    (link / "scores").mkdir()
+    (link / "scores" / "sft.json").write_text('{"arm": "sft"}')
+    return home / "rl" / "adapter"
+
+
+def test_the_confirmation_start_is_kept_with_its_weights_and_restored_in_place_of_a_rebuild(bench, tmp_path):
+    """Validation's start was lost with its machine; the confirmation's own start (another sha256) is saved
+    with its weights and trajectories, and a fresh RUN of a later session on any draw resumes from it."""
+    val_run = tmp_path / "val_run"
+    _with_start(val_run, b"validation's start")
+    (val_run / "effect" / "val" / "scores").mkdir(parents=True)
+    (val_run / "effect" / "val" / "scores" / "sft.json").write_text('{"arm": "sft"}')
+    bench.save_state(val_run)
+    val_sha = (bench.STATE / "start_sha256").read_text()
+
+    first = tmp_path / "first"
+    start = _converged_from(first, b"the confirmation's start")
+    (first / "effect" / "confirm" / "scores").mkdir(parents=True)
+    (first / "effect" / "confirm" / "scores" / "rl_seed0.json").write_text('{"arm": "rl"}')
+    (first / "effect" / "confirm" / "runs" / "rl" / "seed0").mkdir(parents=True)  # weights: never kept
+    bench.save_state(first)
+    saved = bench.STATE / bench.CONFIRM_START
+    assert (bench.STATE / "start_sha256").read_text() == val_sha  # validation's record untouched
+    val_record = (val_run / "effect" / "start" / "start.json").read_text()
+    assert (bench.STATE / "start" / "start.json").read_text() == val_record
+    assert (saved / "adapter" / "adapter_model.safetensors").read_bytes() == b"the confirmation's start"
+    assert (saved / "distill" / "kept.jsonl").exists() and (saved / "link0" / "scores" / "sft.json").exists()
+    assert (saved / "sha256").read_text().strip() == bench.sha256(start)
+    assert (bench.STATE / "confirm" / "scores" / "rl_seed0.json").exists()
+    assert not (bench.STATE / "confirm" / "runs").exists()
+
+    later = tmp_path / "later"  # a fresh RUN: the saved start, not a rebuild
+    bench.restore_confirm_start(later)
+    restored = bench._start(later)
+    assert bench.sha256(restored) == bench.sha256(start)
+    assert (restored.parent.parent / "distill" / "kept.jsonl").read_text() == '{"id": "t1"}\n'  # where arms looks
+    bench.restore(later, "confirm")
+    assert (later / "effect" / "confirm" / "scores" / "rl_seed0.json").exists()
+    (later / "effect" / "confirm" / "scores" / "rl_seed1.json").write_text('{"arm": "rl"}')
+    bench.save_state(later)  # the restored run saves back into the same place
+    assert (bench.STATE / "confirm" / "scores" / "rl_seed1.json").exists()
+    assert json.loads((saved / "start.json").read_text())["start"] == str(start)  # the record is the first run's
+
+    other = tmp_path / "other"
+    _converged_from(other, b"a third start")
+    with pytest.raises(SystemExit, match="another start"):
+        bench.save_state(other)  # its outcomes would not pair with the saved confirmation's
+
+
+def test_the_confirmation_start_trains_on_validations_pool_and_settings(bench, tmp_path, monkeypatch):
+    """A RUN without validation's steps (the confirmation's own start): the saved screening is its pool,
+    and the saved validation settings hold its arms."""
+    (bench.STATE / "val").mkdir(parents=True)
+    (bench.STATE / "val" / "pool.json").write_text('{"pass_rates": {"t1": 0.5}}')
+    run = tmp_path / "run"
+    bench.from_sweep(run, "confirm", 2e-5)
+    assert (run / "effect" / "confirm" / "pool.json").read_text() == '{"pass_rates": {"t1": 0.5}}'
+    monkeypatch.chdir(REPO)
+    bench.same_base(bench.STATE / "val", bench.BUDGET)
+    monkeypatch.chdir(_checkout(tmp_path, "clip_low: float = 0.2", "clip_low: float = 0.25"))
+    with pytest.raises(SystemExit, match=r"rl\.clip_low"):
+        bench.same_base(run / "effect" / "confirm", bench.BUDGET)
+
+
+def _table(split: str, seeds: list[int]) -> dict:
+    block = {"gains": [0.01] * len(seeds), "paired_se": [0.01] * len(seeds), "mean": 0.01, "ci95": [-0.01, 0.03],
+             "won": [1] * len(seeds), "lost": [0] * len(seeds)}
+    return {"split": split, "tasks": 3, "task_ids": ["a", "b", "c"], "seeds": seeds, "metrics": ["greedy"],
+            "sft": {"greedy": 0.5}, "arms": {"rl": {"seeds": seeds, "greedy": block}}}
+
+
+def test_publish_reads_the_saved_state_and_keeps_validation_on_top_until_the_confirmation_is_complete(
+        bench, tmp_path, monkeypatch):
+    saved = {}
+    monkeypatch.setattr(bench, "save", lambda name, result: saved.update(result))
+    monkeypatch.setattr(bench, "machine_peak", lambda: {"cores": 2})
+    (bench.STATE / "start").mkdir(parents=True)
+    (bench.STATE / "start" / "start.json").write_text('{"start": "validation\'s"}')
+    for split, seeds in (("val", [0, 1, 2, 3, 4]), ("confirm", [0, 1])):
+        (bench.STATE / split).mkdir()
+        (bench.STATE / split / "arms.json").write_text(json.dumps(_table(split, seeds)))
+    (bench.STATE / bench.CONFIRM_START).mkdir()
+    (bench.STATE / bench.CONFIRM_START / "start.json").write_text('{"start": "its own"}')
+    (bench.STATE / bench.CONFIRM_START / "sha256").write_text("abc\n")
+    bench.publish()
+    assert saved["split"] == "val" and not saved["complete"] and saved["start"] == {"start": "validation's"}
+    assert saved["confirm"]["start"] == {"start": "its own", "sha256": "abc"} and saved["confirm"]["seeds"] == [0, 1]
+    (bench.STATE / "confirm" / "arms.json").write_text(json.dumps(_table("confirm", [0, 1, 2, 3, 4])))
+    bench.publish()
+    assert saved["split"] == "confirm" and saved["complete"]
