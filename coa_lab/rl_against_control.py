@@ -63,8 +63,8 @@ def control_lines(result: dict | None) -> list[str]:
     k, temp = result["samples"], result["temperature"]
     metrics = ["greedy"] + ([f"avg_at_{k}"] if k else [])
     names = {"rl_minus_control": "RL − control: what the policy gradient added",
-             "rl_minus_sft": "RL − SFT: the policy gradient and the SFT mix together",
-             "control_minus_sft": "control − SFT: the SFT mix alone"}
+             "rl_minus_sft": "RL − SFT: the policy gradient and more training together",
+             "control_minus_sft": "control − SFT: more SFT alone"}
     head = "| comparison | greedy |" + (f" avg@{k} at T = {temp} |" if k else "")
     lines = ["## RL against its control", "",
              "The control is the RL stage again with the policy gradient off (the same steps, SFT rows and "

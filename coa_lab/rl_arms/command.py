@@ -14,7 +14,8 @@ from coa_lab.rl_arms import readout, runner, spec, table
 
 
 def _arms(args) -> dict[str, dict]:
-    names = [a for group in (args.arm or []) for a in group] or ["control", "rl+ptx"]
+    # default: the recipe (the policy gradient alone) against more SFT
+    names = [a for group in (args.arm or []) for a in group] or ["control", "rl"]
     arms = dict(spec.parse_arm(a) for a in names)
     if len(arms) != len(names):
         raise SystemExit("coa-lab arms: an arm name is given twice")

@@ -393,3 +393,14 @@ def test_publish_reads_the_saved_state_and_keeps_validation_on_top_until_the_con
     (bench.STATE / "confirm" / "arms.json").write_text(json.dumps(_table("confirm", [0, 1, 2, 3, 4])))
     bench.publish()
     assert saved["split"] == "confirm" and saved["complete"]
+
+
+def test_the_confirmation_arms_refuse_any_mode_but_fp32(bench, monkeypatch):
+    monkeypatch.delenv("COA_LAB_CPU_BF16", raising=False)
+    with pytest.raises(SystemExit, match="COA_LAB_CPU_BF16=0"):
+        bench.fp32_only()  # unset: the draw would decide, and a bf16 draw would autocast
+    monkeypatch.setenv("COA_LAB_CPU_BF16", "1")
+    with pytest.raises(SystemExit, match="COA_LAB_CPU_BF16=0"):
+        bench.fp32_only()
+    monkeypatch.setenv("COA_LAB_CPU_BF16", "0")
+    bench.fp32_only()

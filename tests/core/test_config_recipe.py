@@ -32,7 +32,9 @@ def test_the_dataclass_defaults_are_cpu_tinys_recipe():
             assert getattr(tiny, f.name) == f.default_factory(), f.name
     # the recipe's measured RL settings (docs/design.md), not a paper default nobody measured here
     rl = tiny.rl
-    assert (rl.prompts_per_step, rl.group_size, rl.sft_coef, rl.learning_rate) == (6, 4, 1.0, 1e-4)
+    assert (rl.steps, rl.prompts_per_step, rl.group_size, rl.sft_coef, rl.learning_rate) == (16, 6, 8, 0.0, 2e-5)
+    assert (rl.mini_batches, rl.warmup_steps, rl.advantage, sum(rl.pool.values())) == (1, 2, "dr_grpo", 200)
+    assert tiny.sft.epochs == 7.0  # converged on validation (docs/rl-effect.md, step 6)
     assert tiny.distill.imported_sources == ("fireact", "r1searcher") and tiny.distill.max_tool_calls == 2
     assert tiny.capture.multi_hop_tasks == {"math/arith": 8, "mhqa/lookup": 4}
 

@@ -160,15 +160,16 @@ def test_every_results_path_named_in_prose_exists():
 
 def test_the_readme_keeps_the_headline_table_and_the_results_page_the_rest():
     """The README's results are a short headline table (the demo's accuracies, tokens per success,
-    RL against its control as intervals) that sends the reader to docs/results.md."""
+    RL's own effect against its start and its controls, as intervals) that sends the reader to docs/results.md."""
     readme = README.read_text()
     assert len(readme.splitlines()) <= 210, "the README grew back: results go to docs/results.md"
     assert "(docs/results.md)" in readme
     headline = {(Path(rel).name, key) for _, rel, key in LINK.findall(readme)}
     for key in ("summary.base_accuracy", "summary.sft_accuracy", "summary.rl_accuracy", "summary.tokens_per_success_ratio"):
         assert ("demo_cpu-quick.json", key) in headline, key
-    for key in ("rl_ptx_minus_control.ci95.0*100", "rl_ptx_minus_control.ci95.1*100", "arms.rl.ci95.0*100", "arms.rl.ci95.1*100"):
-        assert ("rl_arms.json", key) in headline, key
+    for key in ("val.arms.rl.greedy.ci95.0*100", "val.arms.rl.avg_at_4.ci95.0*100", "val.arms.control.greedy.ci95.0*100",
+                "val.rl_minus_rft.greedy.ci95.0*100"):
+        assert ("rl_effect.json", key) in headline, key
     page = RESULTS_PAGE.read_text()
     for section in ("## RL against its control", "## RL across seeds", "## Speed: where a CPU's time goes", "## Notes and limits"):
         assert section in page, section

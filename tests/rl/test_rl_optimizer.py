@@ -1,7 +1,7 @@
 """Issue 57, step 2: an optimizer the policy gradient can use. The advantage modes (GRPO's,
 Dr. GRPO's, RFT's), the learning-rate warm-up and schedule (per optimizer step, saved with the
-checkpoint), and the step-size measures logged every step. The defaults must leave today's
-update bit-identical."""
+checkpoint), and the step-size measures logged every step. With no warm-up, a constant schedule and
+GRPO's advantage the update is bit-identical to the lab's before these switches."""
 
 import json
 import math
@@ -19,12 +19,12 @@ RIGHT, WRONG = "<think>t</think><answer>\\boxed{2}</answer>", "<think>t</think><
 
 # ---- advantages: pure functions on toy tensors ----
 
-def test_grpo_is_the_default_and_exactly_todays_advantage():
+def test_grpo_is_exactly_the_labs_earlier_advantage_and_dr_grpo_the_recipes():
     r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.2, 1.0, 0.7, 0.0]])
     assert torch.equal(dapo.advantages(r), dapo.group_advantages(r))
     assert torch.equal(dapo.advantages(r, "grpo"), dapo.group_advantages(r))
     assert dapo.advantages(r)[0, 0] == pytest.approx(math.sqrt(3), rel=1e-4)  # the lone success: +1.73
-    assert get_preset("cpu-tiny").rl.advantage == "grpo"
+    assert get_preset("cpu-tiny").rl.advantage == "dr_grpo"  # the arms' choice (docs/rl-effect.md)
 
 
 def test_dr_grpo_is_reward_minus_group_mean_without_std():
@@ -64,10 +64,12 @@ def _rates(rl, n: int) -> list[float]:
     return out
 
 
-def test_default_schedule_is_the_constant_rate_exactly():
+def test_default_schedule_warms_up_then_holds_the_rate_exactly():
     rl = get_preset("cpu-tiny").rl
-    assert (rl.warmup_steps, rl.lr_schedule) == (0, "constant")
-    assert _rates(rl, 5) == [rl.learning_rate] * 5  # multiplied by exactly 1.0
+    assert (rl.warmup_steps, rl.lr_schedule) == (2, "constant")
+    rates = _rates(rl, 5)
+    assert rates[0] < rates[1] < rl.learning_rate
+    assert rates[2:] == [rl.learning_rate] * 3  # multiplied by exactly 1.0 after the warm-up
 
 
 @pytest.mark.parametrize("schedule", ["constant", "cosine", "linear"])
@@ -169,11 +171,11 @@ def _fresh(preset):
 
 @pytest.mark.model
 def test_default_update_with_its_scheduler_is_bit_identical_to_a_plain_adamw_update():
-    """Today's trainer stepped AdamW with no scheduler and GRPO's advantage; the defaults add a
-    constant schedule and the advantage selector: the weights after an update must not move a bit."""
+    """The trainer before issue 57 stepped AdamW with no scheduler and GRPO's advantage; a constant
+    schedule with no warm-up and the advantage selector set to grpo must not move the weights a bit."""
     from coa_lab.rl.update import policy_update
 
-    preset = get_preset("cpu-smoke", rl={"mini_batches": 2})
+    preset = get_preset("cpu-smoke", rl={"mini_batches": 2, "warmup_steps": 0, "advantage": "grpo"})
     results = []
     for with_scheduler in (False, True):
         model, tok = _fresh(preset)
