@@ -141,3 +141,58 @@ def check_figures(text: str, base: Path = PROJECT_ROOT) -> tuple[int, list[str]]
         elif shown.replace("*", "").strip() != str(value):
             problems.append(f"[{shown}]({rel} {key!r}): the file says {value!r}")
     return n, problems
+
+
+_NUMBER = re.compile(r"^(\**)([+−-]?)(\d[\d,]*(?:\.\d+)?)(.*)$")
+
+
+def _restated(shown: str, value) -> str | None:
+    """`shown` rewritten to `value` in its own style (bold, sign, thousands commas, decimals, unit);
+    None where the style cannot be kept (an exponent, a yes/no, a value that is not a number)."""
+    m = _NUMBER.match(shown)
+    if not m or not isinstance(value, (int, float)) or isinstance(value, bool) or "e" in m.group(4)[:1]:
+        return None
+    stars, sign, digits, rest = m.groups()
+    decimals = len(digits.partition(".")[2])
+    text = f"{abs(value):{',' if ',' in digits else ''}.{decimals}f}"
+    minus = "-" if sign == "-" else "−"  # the page's own minus where it showed one, else the typographic one
+    lead = (minus if round(value, decimals) < 0 else "+" if sign else "")
+    return f"{stars}{lead}{text}{rest}"
+
+
+def refresh_figures(text: str, result: str, base: Path = PROJECT_ROOT) -> tuple[str, list[str]]:
+    """`text` with every figure linked into the result file `result` (its name, e.g. demo_cpu-quick.json)
+    restated from the file as it is now, in the style it was shown; (new text, what could not be restated).
+    Why: a re-published run moves dozens of figures, and none may be typed by hand."""
+    docs: dict[Path, dict] = {}
+    left: list[str] = []
+
+    def one(m: re.Match) -> str:
+        shown, rel, key = m.groups()
+        if Path(rel).name != result:
+            return m.group(0)
+        path = (base / rel).resolve()
+        doc = docs.setdefault(path, json.loads(path.read_text()))
+        try:
+            new = _restated(shown, figure(doc, key))
+        except (KeyError, IndexError) as e:
+            left.append(f"[{shown}]({rel} {key!r}): {e}")
+            return m.group(0)
+        if new is None:
+            left.append(f"[{shown}]({rel} {key!r}): not restated")
+            return m.group(0)
+        return m.group(0).replace(f"[{shown}]", f"[{new}]", 1)
+
+    return LINK.sub(one, text), left
+
+
+if __name__ == "__main__":  # python -m coa_lab.published demo_cpu-quick.json README.md docs/design.md ...
+    import sys
+
+    name, pages = sys.argv[1], [Path(p) for p in sys.argv[2:]]
+    for page in pages:
+        new, left = refresh_figures(page.read_text(), name, page.resolve().parent)
+        page.write_text(new)
+        for problem in left:
+            print(f"{page}: {problem}")
+        print(f"{page}: figures from {name} restated")

@@ -207,3 +207,23 @@ def test_the_planner_figures_are_what_the_planner_computes_today():
     now = import_benchmark("bench_plan").plan()
     for section in ("memory_gib", "fits", "time"):
         assert published[section] == json.loads(json.dumps(now[section])), section
+
+
+def test_a_republished_files_figures_are_restated_in_their_own_style(tmp_path):
+    from coa_lab.published import refresh_figures
+
+    results = tmp_path / "docs" / "results"
+    publish("d", {"acc": 0.8, "gain": 0.031, "loss": -0.07, "secs": 2409, "name": "cpu-quick", "machine": {"cores": 2}},
+            "coa-lab demo", {"cores": 2}, results)
+    page = ('**[0.80](docs/results/d.json "acc")** [+3.1](docs/results/d.json "gain*100") '
+            '[[−7.0](docs/results/d.json "loss*100")] [2,409](docs/results/d.json "secs") s '
+            '[cpu-quick](docs/results/d.json "name") [0.5](docs/results/other.json "x")')
+    publish("d", {"acc": 0.8342, "gain": -0.0125, "loss": 0.02, "secs": 3517.6, "name": "cpu-tiny",
+                  "machine": {"cores": 2}}, "coa-lab demo", {"cores": 2}, results)
+    new, left = refresh_figures(page, "d.json", tmp_path)
+    assert new == ('**[0.83](docs/results/d.json "acc")** [−1.2](docs/results/d.json "gain*100") '
+                   '[[+2.0](docs/results/d.json "loss*100")] [3,518](docs/results/d.json "secs") s '
+                   '[cpu-quick](docs/results/d.json "name") [0.5](docs/results/other.json "x")')  # another file: left
+    assert left == ['[cpu-quick](docs/results/d.json \'name\'): not restated']  # text is not restated: said so
+    n, problems = check_figures(new.replace("[cpu-quick]", "[cpu-tiny]"), tmp_path)
+    assert n == 6 and len(problems) == 1 and problems[0].startswith("[0.5](docs/results/other.json): cannot read")
