@@ -447,6 +447,9 @@ def publish(state: Path | None = None) -> None:
     start = json.loads((state / "start" / "start.json").read_text())
     sweep = state / "sweep" / "arms.json"
     out: dict = {"start": start, "budget": BUDGET, "sft_rate": SFT_RATE}
+    own = state / CONFIRM_START / "start.json"
+    if own.exists():  # the confirmation's own start (save_confirm_start says why), as `converge` made it
+        out["confirm_start"] = {**json.loads(own.read_text()), "sha256": (own.parent / "sha256").read_text().strip()}
     step1 = state / "step1" / "arms.json"
     if step1.exists():  # the sampled readout beside greedy, at the SFT adapter, with the old recipe's control
         s1 = json.loads(step1.read_text())
@@ -467,9 +470,8 @@ def publish(state: Path | None = None) -> None:
         block = {"split": split, "tasks": t["tasks"], "task_ids": t["task_ids"], "seeds": t["seeds"],
                  "sft": {m: t["sft"][m] for m in t["metrics"]},
                  "arms": {a: _arm_block(r, f.parent, a) for a, r in t["arms"].items()}, **_diffs(t)}
-        own = state / CONFIRM_START / "start.json"
-        if split == "confirm" and own.exists():  # read from its own start (save_confirm_start says why)
-            block["start"] = {**json.loads(own.read_text()), "sha256": (own.parent / "sha256").read_text().strip()}
+        if split == "confirm" and "confirm_start" in out:  # read from its own start
+            block["start"] = out["confirm_start"]
         out[split] = {**block, "target": target(block)}
     confirm = out.get("confirm")
     out["complete"] = bool(confirm) and all(len(a["seeds"]) >= TARGET_SEEDS for a in confirm["arms"].values())

@@ -390,6 +390,7 @@ def test_publish_reads_the_saved_state_and_keeps_validation_on_top_until_the_con
     bench.publish()
     assert saved["split"] == "val" and not saved["complete"] and saved["start"] == {"start": "validation's"}
     assert saved["confirm"]["start"] == {"start": "its own", "sha256": "abc"} and saved["confirm"]["seeds"] == [0, 1]
+    assert saved["confirm_start"] == saved["confirm"]["start"]  # published before any confirmation arm is read too
     (bench.STATE / "confirm" / "arms.json").write_text(json.dumps(_table("confirm", [0, 1, 2, 3, 4])))
     bench.publish()
     assert saved["split"] == "confirm" and saved["complete"]
