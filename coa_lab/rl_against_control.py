@@ -1,4 +1,4 @@
-"""RL against its control in one run: what the policy gradient added beyond the SFT loss RL mixes in.
+"""RL against its control in one run: what the policy gradient added beyond more SFT.
 
 The control (pipeline.control, eval.control) is the RL stage again with the policy gradient off: the
 same SFT adapter, steps, SFT rows and seed, at the arms' control rate (eval.control_learning_rate).

@@ -55,7 +55,7 @@ def test_append_scores_only_a_seed_whose_rl_stage_finished(bench, tmp_path):
 
 
 def test_an_adapter_without_its_sft_set_is_refused_before_any_work(bench, tmp_path, monkeypatch):
-    """cpu-tiny mixes the SFT trajectories into every update (rl.sft_coef): an adapter copied out of
+    """A preset that mixes the SFT trajectories into every update (rl.sft_coef > 0): an adapter copied out of
     its run folder has none beside it, which must stop the benchmark at once, not after the pool
     screening (a 20-minute loss, 2026-11-27)."""
     monkeypatch.setenv("COA_LAB_RUNS", str(tmp_path / "runs"))
@@ -63,7 +63,7 @@ def test_an_adapter_without_its_sft_set_is_refused_before_any_work(bench, tmp_pa
     lone = tmp_path / "copied" / "adapter"
     lone.mkdir(parents=True)
     with pytest.raises(SystemExit, match="kept.jsonl is missing"):
-        bench.main(["--sft-adapter", str(lone), "--seeds", "0"])
+        bench.main(["--sft-adapter", str(lone), "--seeds", "0", "--set", "rl.sft_coef=1"])
     assert bench.sft_set(lone) == (tmp_path / "distill" / "kept.jsonl").resolve()
     run = tmp_path / "run"
     (run / "sft" / "adapter").mkdir(parents=True)

@@ -9,8 +9,9 @@ from conftest import import_benchmark
 from coa_lab.config import get_preset
 
 
-def test_gpu_smoke_is_cpu_tinys_recipe_with_many_more_rollouts():
-    """Same filters, SFT rate and RL rates as the measured CPU recipe; what a GPU is for is scale."""
+def test_gpu_smoke_is_cpu_tinys_recipe_with_larger_steps():
+    """Same filters, SFT rate and RL rates as the measured CPU recipe; what a GPU is for is scale: more than
+    twice the rollouts a step, at least cpu-tiny's rollouts a run, in half its steps (its 15-minute plan)."""
     gpu, tiny = get_preset("gpu-smoke"), get_preset("cpu-tiny")
     assert gpu.model.name == tiny.model.name and gpu.model.dtype == "bfloat16" and not gpu.model.load_in_4bit
     assert gpu.distill == tiny.distill
@@ -21,7 +22,10 @@ def test_gpu_smoke_is_cpu_tinys_recipe_with_many_more_rollouts():
     def rollouts(p):  # questions and anchors, each sampled group_size times, every step
         return p.rl.steps * (p.rl.prompts_per_step + p.rl.anchors_per_step) * p.rl.group_size
 
-    assert rollouts(gpu) >= 4 * rollouts(tiny)
+    def per_step(p):
+        return (p.rl.prompts_per_step + p.rl.anchors_per_step) * p.rl.group_size
+
+    assert per_step(gpu) >= 2 * per_step(tiny) and rollouts(gpu) >= rollouts(tiny)
     assert sum(gpu.capture.tasks.values()) > sum(tiny.capture.tasks.values())
     # the arms benchmark's validation readout
     assert gpu.eval.val_tasks == {"math/arith": 160, "mhqa/lookup": 64}
