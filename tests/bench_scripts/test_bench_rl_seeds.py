@@ -84,7 +84,7 @@ def test_arms_refuse_the_confirmation_split_without_final_and_unknown_arms(bench
     (run / "distill" / "kept.jsonl").write_text("{}\n")
     adapter = str(run / "sft" / "adapter")
     with pytest.raises(SystemExit, match="--final"):
-        bench.main(["--sft-adapter", adapter, "--arms", "control", "rl+ptx", "--split", "confirm"])
+        bench.main(["--sft-adapter", adapter, "--arms", "rl", "--split", "confirm"])
     with pytest.raises(SystemExit, match="--arms --final only"):
         bench.main(["--sft-adapter", adapter, "--split", "confirm"])
     from benchmarks import rl_arms
