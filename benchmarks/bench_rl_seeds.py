@@ -165,10 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     base = runs_dir() / "bench" / args.name
     adapter = sft_adapter(preset, base, args.sft_adapter)
     kept = sft_set(adapter)
-    if preset.rl.sft_coef > 0 and not kept.exists():  # found out now, not after the pool screening
-        raise SystemExit(f"{kept} is missing: rl.sft_coef > 0 mixes the adapter's SFT trajectories into every RL "
-                         f"update, read from beside the adapter (RUN/sft/adapter -> RUN/distill); give the "
-                         f"adapter of a run folder, or --set rl.sft_coef=0")
+    # each arm names its own SFT mix; without --arms the preset's mix decides
+    mixes = rl_arms.sft_mixing(args.arms) if args.arms else preset.rl.sft_coef > 0
+    if mixes and not kept.exists():  # found out now, not after the pool screening
+        raise SystemExit(f"{kept} is missing: an SFT mix (rl.sft_coef > 0; arms control and rl+ptx) reads the "
+                         f"adapter's SFT trajectories from beside it (RUN/sft/adapter -> RUN/distill); give the "
+                         f"adapter of a run folder, or --set rl.sft_coef=0 / --arms rl")
     if args.arms:
         return rl_arms.run_arms(args, overrides, base, adapter, kept)
     keys = list(preset.eval.headline)

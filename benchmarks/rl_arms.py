@@ -47,6 +47,13 @@ def arm_overrides(arm: str, overrides: dict, seed: int) -> dict:
     return {**overrides, "rl": rl}
 
 
+def sft_mixing(arms) -> list[str]:
+    """The arms that mix SFT rows into their updates (they read the adapter's SFT trajectories)."""
+    for arm in arms:
+        arm_overrides(arm, {}, 0)  # an unknown arm is refused before any work
+    return [a for a in arms if ARMS[a].get("sft_coef", 0.0) > 0]
+
+
 def record_reading(args, mix: dict, preset_name: str) -> None:
     """The confirmation split is read only for a final recipe, and every reading is on record."""
     try:
@@ -90,12 +97,9 @@ def run_arms(args, overrides: dict, base: Path, adapter: Path, kept: Path) -> in
     from coa_lab.machine import machine_peak
 
     preset = get_preset(args.preset, **overrides)
-    if "rl+ptx" in args.arms and preset.rl.sft_coef <= 0:
-        raise SystemExit("arm rl+ptx is the recipe with its SFT mix, but rl.sft_coef is 0 in this preset")
-    if "control" in args.arms and preset.rl.sft_coef <= 0:
-        raise SystemExit("arm control is the recipe's SFT mix alone: it needs rl.sft_coef > 0")
-    if preset.rl.sft_coef > 0 and not kept.exists():
-        raise SystemExit(f"{kept} is missing: the arms mix the adapter's SFT trajectories into the updates")
+    if sft_mixing(args.arms) and not kept.exists():
+        raise SystemExit(f"{kept} is missing: arms {sft_mixing(args.arms)} mix the adapter's SFT trajectories "
+                         f"into the updates")
     split = args.split
     if split == "confirm" and not args.final:
         raise SystemExit("the confirmation split is read only for a final recipe, and each reading is recorded: "

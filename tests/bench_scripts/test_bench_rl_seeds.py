@@ -94,8 +94,17 @@ def test_arms_refuse_the_confirmation_split_without_final_and_unknown_arms(bench
     assert rl_arms.arm_overrides("control", {"rl": {"steps": 4}}, 3) == {
         "rl": {"steps": 4, "pg_coef": 0.0, "sft_coef": 1.0, "seed": 3}}
     assert rl_arms.arm_overrides("rl", {}, 1) == {"rl": {"sft_coef": 0.0, "seed": 1}}
-    with pytest.raises(SystemExit, match="needs rl.sft_coef > 0"):
+    assert rl_arms.sft_mixing(["rl", "control", "rl+ptx"]) == ["control", "rl+ptx"]
+    # each arm names its SFT mix: a preset without one still runs the control, from an adapter with its SFT set...
+    with pytest.raises(pytest.fail.Exception, match="work began"):
         bench.main(["--sft-adapter", adapter, "--arms", "control", "--split", "val", "--set", "rl.sft_coef=0"])
+    # ...and an adapter without it is refused for the arms that read it, not for `rl`
+    lone = tmp_path / "copied" / "adapter"
+    lone.mkdir(parents=True)
+    with pytest.raises(SystemExit, match="kept.jsonl is missing"):
+        bench.main(["--sft-adapter", str(lone), "--arms", "rl+ptx", "--split", "val"])
+    with pytest.raises(pytest.fail.Exception, match="work began"):
+        bench.main(["--sft-adapter", str(lone), "--arms", "rl", "--split", "val"])
 
 
 def test_arms_summary_pairs_outcomes_by_task(bench, tmp_path):
