@@ -5,7 +5,7 @@ Run (RUN holds distill/ and sft/adapter, e.g. the demo's run folder or bench_rl_
     python -m benchmarks.bench_rl_effect converge --run RUN      # 1. SFT extended until it stops rising
     python -m benchmarks.bench_rl_effect sweep --run RUN         # 2. the policy gradient's rate, one seed
     python -m benchmarks.bench_rl_effect arms --run RUN --seeds 0 1 2 3 4   # 3. control, rft, rl, rl+ptx
-    python -m benchmarks.bench_rl_effect arms --run RUN --seeds 0 1 2 3 4 --split confirm --final
+    python -m benchmarks.bench_rl_effect arms --run RUN --seeds 0 1 2 3 4 --split confirm --final  # control rft rl
     python -m benchmarks.bench_rl_effect save-state --run RUN    # outcomes -> benchmarks/state/rl_effect
     python -m benchmarks.bench_rl_effect publish                 # docs/results/rl_effect.json, from the state
 
@@ -60,6 +60,10 @@ BUDGET = [f"eval.val_tasks={json.dumps(VAL)}", f"rl.pool={json.dumps(POOL)}", "r
           "rl.advantage=dr_grpo"]
 # the converge step's control runs sample nothing: a token pool keeps their screening to seconds
 CHAIN = [f"eval.val_tasks={json.dumps(VAL)}", 'rl.pool={"math/arith": 2, "mhqa/lookup": 2}', "rl.pool_samples=2"]
+ALL_ARMS = ("control", "rft", "rl", "rl+ptx")
+# the confirmation reads the arms its claims need: rl (the target), rft (rl − rft) and control (is it more SFT?);
+# rl+ptx lost the recipe's rule on validation (rl.sft_coef 0 adopted), so it is read there only after these
+FINAL_ARMS = ("control", "rft", "rl")
 SFT_RATE = 1e-4  # the control's and RFT's rate: the SFT loss's, as the recipe's control ran it
 STATE = Path(__file__).resolve().parent / "state" / "rl_effect"  # committed outcomes, for the next session
 CONFIRM_START = "confirm_start"  # under STATE: the confirmation's own start, weights included (save_confirm_start)
@@ -363,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--split", default="val", choices=["val", "confirm"])
     ap.add_argument("--final", action="store_true")
+    ap.add_argument("--arms", nargs="+", choices=ALL_ARMS, default=None,
+                    help=f"arms: which to run (default: all four on val, the final ones on confirm: "
+                         f"{' '.join(FINAL_ARMS)})")
     args = ap.parse_args(argv)
     if args.run is None and args.step != "publish":
         ap.error(f"{args.step} needs --run RUN")
@@ -385,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         specs = [f"control=rl.pg_coef=0,rl.sft_coef=1.0,rl.learning_rate={SFT_RATE}",
                  f"rft=rl.advantage=rft,rl.sft_coef=0.0,rl.learning_rate={SFT_RATE}",
                  rl_arm("rl", args.rate), rl_arm("rl+ptx", args.rate, ptx=True)]
+        chosen = args.arms or (FINAL_ARMS if args.split == "confirm" else ALL_ARMS)
+        specs = [s for s in specs if s.split("=", 1)[0] in chosen]
         if args.split == "confirm":
             reuse_val_adapters(args.run, args.rate, [s.split("=", 1)[0] for s in specs], args.seeds)
         arms(args.run / "effect" / args.split, _start(args.run), specs, args.seeds, BUDGET, samples=4,
@@ -474,7 +483,8 @@ def publish(state: Path | None = None) -> None:
             block["start"] = out["confirm_start"]
         out[split] = {**block, "target": target(block)}
     confirm = out.get("confirm")
-    out["complete"] = bool(confirm) and all(len(a["seeds"]) >= TARGET_SEEDS for a in confirm["arms"].values())
+    out["complete"] = bool(confirm) and all(len(confirm["arms"].get(a, {}).get("seeds", [])) >= TARGET_SEEDS
+                                            for a in FINAL_ARMS)
     final = confirm if out["complete"] else out.get("val")
     if final:  # the issue's top-level fields: the confirmation split's arms once all read, validation's until then
         out.update({k: final[k] for k in ("split", "tasks", "seeds", "arms", "rl_minus_rft", "target") if k in final})

@@ -367,11 +367,11 @@ def test_the_confirmation_start_trains_on_validations_pool_and_settings(bench, t
         bench.same_base(run / "effect" / "confirm", bench.BUDGET)
 
 
-def _table(split: str, seeds: list[int]) -> dict:
+def _table(split: str, seeds: list[int], arms=("control", "rft", "rl")) -> dict:
     block = {"gains": [0.01] * len(seeds), "paired_se": [0.01] * len(seeds), "mean": 0.01, "ci95": [-0.01, 0.03],
              "won": [1] * len(seeds), "lost": [0] * len(seeds)}
     return {"split": split, "tasks": 3, "task_ids": ["a", "b", "c"], "seeds": seeds, "metrics": ["greedy"],
-            "sft": {"greedy": 0.5}, "arms": {"rl": {"seeds": seeds, "greedy": block}}}
+            "sft": {"greedy": 0.5}, "arms": {a: {"seeds": seeds, "greedy": block} for a in arms}}
 
 
 def test_publish_reads_the_saved_state_and_keeps_validation_on_top_until_the_confirmation_is_complete(
@@ -391,9 +391,27 @@ def test_publish_reads_the_saved_state_and_keeps_validation_on_top_until_the_con
     assert saved["split"] == "val" and not saved["complete"] and saved["start"] == {"start": "validation's"}
     assert saved["confirm"]["start"] == {"start": "its own", "sha256": "abc"} and saved["confirm"]["seeds"] == [0, 1]
     assert saved["confirm_start"] == saved["confirm"]["start"]  # published before any confirmation arm is read too
+    (bench.STATE / "confirm" / "arms.json").write_text(json.dumps(_table("confirm", [0, 1, 2, 3, 4], ("rft", "rl"))))
+    bench.publish()
+    assert saved["split"] == "val" and not saved["complete"]  # the control, a final arm, not read yet
     (bench.STATE / "confirm" / "arms.json").write_text(json.dumps(_table("confirm", [0, 1, 2, 3, 4])))
     bench.publish()
-    assert saved["split"] == "confirm" and saved["complete"]
+    assert saved["split"] == "confirm" and saved["complete"]  # rl+ptx, not a final arm, is not waited for
+
+
+def test_the_confirmation_runs_the_final_arms_and_validation_all_four(bench, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setenv("COA_LAB_CPU_BF16", "0")
+    for helper in ("restore_confirm_start", "restore", "from_sweep", "reuse_val_adapters"):
+        monkeypatch.setattr(bench, helper, lambda *a, **k: None)
+    monkeypatch.setattr(bench, "_start", lambda run: run / "start")
+    monkeypatch.setattr(bench, "arms",
+                        lambda out, start, specs, *a, **k: calls.append([x.split("=")[0] for x in specs]))
+    run = ["arms", "--run", str(tmp_path), "--rate", "2e-5"]
+    bench.main(run + ["--split", "confirm", "--final"])
+    bench.main(run)
+    bench.main(run + ["--split", "confirm", "--final", "--arms", "rl+ptx"])
+    assert calls == [["control", "rft", "rl"], ["control", "rft", "rl", "rl+ptx"], ["rl+ptx"]]
 
 
 def test_the_confirmation_arms_refuse_any_mode_but_fp32(bench, monkeypatch):
