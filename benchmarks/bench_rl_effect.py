@@ -84,19 +84,35 @@ def arms(out: Path, start: Path, arm_specs: list[str], seeds: list[int], sets: l
            "--preset", "cpu-tiny", "--split", split, "--samples", str(samples), "--seeds", *map(str, seeds),
            "--arm", *arm_specs] + [a for s in sets for a in ("--set", s)] + (["--final"] if final else []) + (["--against", against] if against else [])
     print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
-    if split == "confirm":
-        keep_readings()
+    theirs = their_readings() if split == "confirm" else None
+    proc = subprocess.Popen(cmd)
+    while True:  # the reading is copied while the arms run: a session that ends mid-arm still has it on record
+        try:
+            code = proc.wait(timeout=READINGS_POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            if theirs is not None:
+                keep_readings(theirs)
+    if theirs is not None:
+        keep_readings(theirs)
+    if code:
+        raise subprocess.CalledProcessError(code, cmd)
     return json.loads((out / "arms.json").read_text())
 
 
-def keep_readings(theirs: Path | None = None) -> None:
+READINGS_POLL_S = 60
+
+
+def their_readings() -> Path:
+    """The reading record of the coa_lab `python -m coa_lab.cli` imports from the working folder."""
+    code = "from coa_lab.rl_arms.runner import READINGS; print(READINGS)"
+    return Path(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+
+
+def keep_readings(theirs: Path) -> None:
     """Every reading of the confirmation split in THIS checkout's record (docs/results/confirm_readings.jsonl):
     `coa-lab arms` records it in the checkout it imports, which is the working folder's when the measurement
     runs from a frozen checkout of its code (a run over many sessions does)."""
-    if theirs is None:  # the record of the coa_lab `python -m coa_lab.cli` imports from here
-        theirs = Path(subprocess.run([sys.executable, "-c", "from coa_lab.rl_arms.runner import READINGS; print(READINGS)"],
-                                     capture_output=True, text=True, check=True).stdout.strip())
     ours = READINGS
     if theirs.resolve() == ours.resolve() or not theirs.exists():
         return

@@ -285,6 +285,33 @@ def test_a_confirmation_reading_made_from_another_checkout_is_recorded_here(benc
     assert ours.read_text().splitlines() == [old, new]
 
 
+def test_the_reading_is_copied_while_the_arms_run_so_a_killed_session_keeps_it(bench, tmp_path, monkeypatch):
+    ours, theirs = tmp_path / "ours.jsonl", tmp_path / "frozen" / "confirm_readings.jsonl"
+    theirs.parent.mkdir()
+    monkeypatch.setattr(bench, "READINGS", ours)
+    monkeypatch.setattr(bench, "their_readings", lambda: theirs)
+    monkeypatch.setattr(bench, "same_base", lambda *a: None)
+    row = json.dumps({"date": "2026-11-29", "arms": ["control", "rft", "rl"]})
+
+    class Arms:  # `coa-lab arms`: records its reading first, then trains for hours, then dies with the session
+        def __init__(self, cmd):
+            theirs.write_text(row + "\n")
+
+        waits = []
+
+        def wait(self, timeout):
+            self.waits.append(ours.exists())  # was the reading here yet, each time the driver looked?
+            if len(self.waits) == 1:
+                raise bench.subprocess.TimeoutExpired("arms", timeout)
+            return -9
+
+    monkeypatch.setattr(bench.subprocess, "Popen", Arms)
+    with pytest.raises(bench.subprocess.CalledProcessError):
+        bench.arms(tmp_path / "confirm", tmp_path / "start", ["rl=rl.sft_coef=0"], [0], [], 4, split="confirm")
+    assert Arms.waits == [False, True]  # copied while the arms still ran, not only after they ended
+    assert ours.read_text().splitlines() == [row]
+
+
 def test_the_pool_summary_says_what_the_shared_screening_kept(bench, tmp_path):
     pool = tmp_path / "pool.json"
     assert bench.pool_summary(pool) is None  # a step not screened yet
