@@ -31,8 +31,9 @@ any later session pair with those of the first. Validation's settings, pool and 
    and pool), rl (the policy gradient alone, at the chosen rate), rl+ptx (the recipe at that rate),
    over the seeds, paired against the start and against rft. Every step trains on the sweep's pool, and on
    validation `rl` seed 0 is the sweep's run at the chosen rate (the same settings: not run twice).
-   `--split confirm --final` reads the adapters validation trained (reuse_val_adapters): the final
-   arms are those, read once more on tasks nobody selected on; only what validation lacks is trained.
+   `--split confirm --final` reads the final arms (control, rft, rl; rl+ptx only with --arms) on tasks
+   nobody selected on: validation's adapters where they exist (reuse_val_adapters), else trained from the
+   confirmation's own saved start on validation's pool and settings.
 Every arm shares BUDGET: ~1,400 rollouts a run (16 steps x 6 questions x 8 samples + 3 anchor
 groups a step), one optimizer step per sampled batch, a 2-step warm-up, advantages without the
 std division (Dr. GRPO: a lone success in a group of 4 was weighed +1.73 under std-normalisation).
