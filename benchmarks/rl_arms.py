@@ -96,10 +96,7 @@ def run_arms(args, overrides: dict, base: Path, adapter: Path, kept: Path) -> in
     from coa_lab.generation.llm import make_generator
     from coa_lab.machine import machine_peak
 
-    preset = get_preset(args.preset, **overrides)
-    if sft_mixing(args.arms) and not kept.exists():
-        raise SystemExit(f"{kept} is missing: arms {sft_mixing(args.arms)} mix the adapter's SFT trajectories "
-                         f"into the updates")
+    preset = get_preset(args.preset, **overrides)  # the SFT set the mixing arms read: checked by bench_rl_seeds.main
     split = args.split
     if split == "confirm" and not args.final:
         raise SystemExit("the confirmation split is read only for a final recipe, and each reading is recorded: "
