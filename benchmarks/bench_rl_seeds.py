@@ -135,9 +135,7 @@ def sft_set(adapter: Path) -> Path:
     return adapter.resolve().parent.parent / "distill" / "kept.jsonl"
 
 
-def main(argv: list[str] | None = None) -> int:
-    from coa_lab.cli import parse_overrides
-
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--preset", default="cpu-tiny")
@@ -156,7 +154,13 @@ def main(argv: list[str] | None = None) -> int:
                          "benchmarks read; confirm: the confirmation split, --arms --final only")
     ap.add_argument("--pool-from", type=Path, default=None,
                     help="an earlier run's rl/pool.json: every seed trains on that screening")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from coa_lab.cli import parse_overrides
+
+    args = _parser().parse_args(argv)
     args.name = args.name or ("rl_arms" if args.arms else "rl_seeds")
     if args.split == "confirm" and not args.arms:
         raise SystemExit("the confirmation split is read by --arms --final only")
@@ -177,12 +181,35 @@ def main(argv: list[str] | None = None) -> int:
     mix = {k: n for k, n in (preset.eval.tasks if args.split == "test" else preset.eval.val_tasks).items() if k in keys}
     groups = pipeline.by_benchmark(pipeline.draw_tasks(preset, mix, "val" if args.split == "val" else "test"), mix)
     tools = pipeline.make_tools(preset)
+    t0 = time.time()
+    out, sft = _start_record(args, preset, adapter, mix, groups, tools, keys)
+    print(f"SFT on {sft['tasks']} {args.split} tasks: accuracy {sft['accuracy']:.3f}, "
+          f"format valid {sft['format_valid']:.3f}")
+    for seed in args.seeds:
+        if seed in out["seeds"]:
+            continue
+        seeded = get_preset(args.preset, **{**overrides, "rl": {**overrides.get("rl", {}), "seed": seed}})
+        summary, rl_seconds = _train_seed(args, seeded, base, out, adapter, kept, seed)
+        t1 = time.time()
+        rl = pooled(evaluate(make_generator(seeded, base / f"seed{seed}" / "rl" / "adapter"), groups, tools, seeded,
+                             label="rl"), keys)
+        _record_seed(out, sft, seed, rl, summary["metrics"], base / f"seed{seed}", rl_seconds,
+                     round(time.time() - t1, 1))
+        out["machine"] = machine_peak(preset)
+        out["seconds"] = round(time.time() - t0, 1)
+        path = save(args.name, out)
+        plot(out, path.with_suffix(".png"))
+    print(json.dumps(out["targets"], indent=2))
+    return 0
+
+
+def _start_record(args, preset, adapter: Path, mix: dict, groups, tools, keys) -> tuple[dict, dict]:
+    """The result record and the SFT policy's score: kept from an earlier run (--append), else read now."""
     machine_start = machine_peak(preset)
     # bf16 autocast is decided per process by timing a matmul (generation/models.cpu_bf16_is_fast):
     # greedy decoding under bf16 and fp32 differ on a few tasks, so SFT and every seed must be
     # scored in one mode (pin it with COA_LAB_CPU_BF16=0/1 across sessions)
     autocast = machine_start["bf16_autocast"]
-    t0 = time.time()
     earlier = runs_dir() / "bench" / f"{args.name}.json"
     if args.append and earlier.exists():
         out = json.loads(earlier.read_text())
@@ -193,73 +220,67 @@ def main(argv: list[str] | None = None) -> int:
         if any(out.get(k) != v for k, v in same.items()):
             raise SystemExit(f"--append: {earlier} was run with other settings "
                              f"({ {k: out.get(k) for k in same} }); run without --append or with the same ones")
-        sft = {"tasks": out["test_tasks"], "accuracy": out["sft_test_accuracy"], "format_valid": out["sft_format_valid"]}
+        sft = {"tasks": out["test_tasks"], "accuracy": out["sft_test_accuracy"],
+               "format_valid": out["sft_format_valid"]}
         print(f"--append: keeping SFT and seeds {out['seeds']} from {earlier}")
     else:
+        t0 = time.time()
         sft = pooled(evaluate(make_generator(preset, adapter), groups, tools, preset, label="sft"), keys)
         out = {"preset": args.preset, "overrides": args.set, "sft_adapter": str(adapter),
                "sft_adapter_sha256": weights_sha256(adapter), "split": args.split,
                "test_mix": mix,
-               "test_tasks": sft["tasks"], "sft_test_accuracy": sft["accuracy"], "sft_format_valid": sft["format_valid"],
+               "test_tasks": sft["tasks"], "sft_test_accuracy": sft["accuracy"],
+               "sft_format_valid": sft["format_valid"],
                "sft_accuracy_by_benchmark": sft["by_benchmark"], "rl_accuracy_by_benchmark": [],
                "sft_eval_seconds": round(time.time() - t0, 1), "seeds": [], "rl_test_accuracy": [],
                "rl_format_valid": [], "gains": [], "train_accuracy_by_step": [], "entropy_by_step": [],
                "logprob_gap_by_step": [], "rl_seconds": [], "eval_seconds": [], "machine_start": machine_start,
                "bf16_autocast": autocast}
     out["shared_pool"] = not args.screen_per_seed
-    print(f"SFT on {sft['tasks']} {args.split} tasks: accuracy {sft['accuracy']:.3f}, format valid {sft['format_valid']:.3f}")
-    for seed in args.seeds:
-        if seed in out["seeds"]:
-            continue
-        run = base / f"seed{seed}"
-        seeded = get_preset(args.preset, **{**overrides, "rl": {**overrides.get("rl", {}), "seed": seed}})
-        finished = _finished_rl(run, seeded) if args.append else None
-        if finished is not None:  # interrupted between its RL stage and its eval: score the adapter it left
-            print(f"--append: seed {seed}'s RL stage had finished ({run / 'rl'}); evaluating its adapter")
-            summary, rl_seconds = finished, finished["seconds"]
-        else:
-            summary, rl_seconds = None, None
-            shutil.rmtree(run, ignore_errors=True)
-        if summary is None:
-            (run / "sft").mkdir(parents=True)
-            (run / "sft" / "adapter").symlink_to(adapter.resolve())
-            if kept.exists():  # the SFT set: rl.sft_coef mixes it in
-                (run / "distill").symlink_to(kept.parent)
-            screened = base / f"seed{out['seeds'][0]}" / "rl" / "pool.json" if out["seeds"] else args.pool_from
-            if out.get("pool") and not (screened and screened.exists()):  # --append elsewhere: the kept screening
-                screened = base / "pool.json"
-                screened.write_text(json.dumps(out["pool"], indent=2))
-            reuse = not args.screen_per_seed and screened is not None and screened.exists()
-            if reuse:  # the first seed's screening (RL's randomness varies, the pool does not)
-                (run / "rl").mkdir()
-                shutil.copy(screened, run / "rl" / "pool.json")
-            t1 = time.time()
-            summary = pipeline.rl(seeded, run, reuse_pool=reuse)
-            rl_seconds = round(time.time() - t1, 1)
-        t1 = time.time()
-        rl = pooled(evaluate(make_generator(seeded, run / "rl" / "adapter"), groups, tools, seeded, label="rl"), keys)
-        metrics = summary["metrics"]
-        out["seeds"].append(seed)
-        out.setdefault("pool", json.loads((run / "rl" / "pool.json").read_text()))  # what every seed trained on
-        out["rl_test_accuracy"].append(rl["accuracy"])
-        out["rl_format_valid"].append(rl["format_valid"])
-        out.setdefault("rl_accuracy_by_benchmark", []).append(rl["by_benchmark"])  # (absent in files before it)
-        out["gains"].append(rl["accuracy"] - sft["accuracy"])
-        out["train_accuracy_by_step"].append([m["accuracy"] for m in metrics])
-        out["entropy_by_step"].append([m.get("entropy") for m in metrics])
-        out["logprob_gap_by_step"].append([m.get("logprob_gap") for m in metrics])
-        out["rl_seconds"].append(rl_seconds)
-        out["eval_seconds"].append(round(time.time() - t1, 1))
-        out["targets"] = targets(out)
-        out["machine"] = machine_peak(preset)
-        out["seconds"] = round(time.time() - t0, 1)
-        print(f"seed {seed}: RL {rl['accuracy']:.3f} (gain {100 * out['gains'][-1]:+.1f} points), format valid "
-              f"{rl['format_valid']:.3f}, by benchmark { {k: round(v, 3) for k, v in rl['by_benchmark'].items()} }, "
-              f"train accuracy by step {[round(x, 2) for x in out['train_accuracy_by_step'][-1]]}")
-        path = save(args.name, out)
-        plot(out, path.with_suffix(".png"))
-    print(json.dumps(out["targets"], indent=2))
-    return 0
+    return out, sft
+
+
+def _train_seed(args, seeded, base: Path, out: dict, adapter: Path, kept: Path, seed: int) -> tuple[dict, float]:
+    """One seed's RL stage from the SFT adapter (its summary and seconds), or the finished one --append finds."""
+    run = base / f"seed{seed}"
+    finished = _finished_rl(run, seeded) if args.append else None
+    if finished is not None:  # interrupted between its RL stage and its eval: score the adapter it left
+        print(f"--append: seed {seed}'s RL stage had finished ({run / 'rl'}); evaluating its adapter")
+        return finished, finished["seconds"]
+    shutil.rmtree(run, ignore_errors=True)
+    (run / "sft").mkdir(parents=True)
+    (run / "sft" / "adapter").symlink_to(adapter.resolve())
+    if kept.exists():  # the SFT set: rl.sft_coef mixes it in
+        (run / "distill").symlink_to(kept.parent)
+    screened = base / f"seed{out['seeds'][0]}" / "rl" / "pool.json" if out["seeds"] else args.pool_from
+    if out.get("pool") and not (screened and screened.exists()):  # --append elsewhere: the kept screening
+        screened = base / "pool.json"
+        screened.write_text(json.dumps(out["pool"], indent=2))
+    reuse = not args.screen_per_seed and screened is not None and screened.exists()
+    if reuse:  # the first seed's screening (RL's randomness varies, the pool does not)
+        (run / "rl").mkdir()
+        shutil.copy(screened, run / "rl" / "pool.json")
+    t1 = time.time()
+    summary = pipeline.rl(seeded, run, reuse_pool=reuse)
+    return summary, round(time.time() - t1, 1)
+
+
+def _record_seed(out: dict, sft: dict, seed: int, rl: dict, metrics: list, run: Path, rl_seconds, eval_seconds) -> None:
+    out["seeds"].append(seed)
+    out.setdefault("pool", json.loads((run / "rl" / "pool.json").read_text()))  # what every seed trained on
+    out["rl_test_accuracy"].append(rl["accuracy"])
+    out["rl_format_valid"].append(rl["format_valid"])
+    out.setdefault("rl_accuracy_by_benchmark", []).append(rl["by_benchmark"])  # (absent in files before it)
+    out["gains"].append(rl["accuracy"] - sft["accuracy"])
+    out["train_accuracy_by_step"].append([m["accuracy"] for m in metrics])
+    out["entropy_by_step"].append([m.get("entropy") for m in metrics])
+    out["logprob_gap_by_step"].append([m.get("logprob_gap") for m in metrics])
+    out["rl_seconds"].append(rl_seconds)
+    out["eval_seconds"].append(eval_seconds)
+    out["targets"] = targets(out)
+    print(f"seed {seed}: RL {rl['accuracy']:.3f} (gain {100 * out['gains'][-1]:+.1f} points), format valid "
+          f"{rl['format_valid']:.3f}, by benchmark { {k: round(v, 3) for k, v in rl['by_benchmark'].items()} }, "
+          f"train accuracy by step {[round(x, 2) for x in out['train_accuracy_by_step'][-1]]}")
 
 
 if __name__ == "__main__":

@@ -130,3 +130,50 @@ def test_arms_summary_pairs_outcomes_by_task(bench, tmp_path):
     assert out["arms"]["rl+ptx"]["won"] == [2] and out["arms"]["rl+ptx"]["lost"] == [1]
     assert out["rl_ptx_minus_control"]["by_seed"] == [0.0]  # same accuracy, different tasks: a tie
     assert out["arms"]["rl+ptx"]["outcomes"] == {"0": [1.0, 1.0, 1.0, 0.0]}
+
+
+def test_seeds_share_the_first_screening_and_append_keeps_sft_and_seeds(bench, tmp_path, monkeypatch):
+    """The seed loop's bookkeeping with the model work replaced (pipeline.rl, evaluate): the first seed screens
+    the pool, the next trains on that screening, each gain is against the one SFT score, and --append adds a seed
+    without scoring SFT or the earlier seeds again."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("COA_LAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.delenv("COA_LAB_PUBLISH", raising=False)
+    machine = {"bf16_autocast": False, "fp32_gflops": 100.0}
+    monkeypatch.setattr(bench, "machine_peak", lambda preset: machine)
+    monkeypatch.setattr(bench.pipeline, "make_tools", lambda preset: None)
+    monkeypatch.setattr(bench, "make_generator", lambda preset, adapter: adapter)
+    adapter = tmp_path / "sft" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    scored, screened = [], []
+
+    def evaluate(generator, groups, tools, preset, label):
+        scored.append(label)
+        acc = 0.5 if label == "sft" else 0.5 + 0.01 * (preset.rl.seed + 1)
+        suites = {k: SimpleNamespace(tasks=len(v), samples=1, accuracy=acc, format_valid=1.0) for k, v in groups.items()}
+        return SimpleNamespace(suites=suites)
+
+    def rl(preset, run, reuse_pool):
+        pool = run / "rl" / "pool.json"
+        assert reuse_pool == pool.exists()
+        if not reuse_pool:
+            screened.append(preset.rl.seed)
+            pool.parent.mkdir(parents=True)
+            pool.write_text(json.dumps({"screened_by": preset.rl.seed}))
+        (run / "rl" / "adapter").mkdir()
+        return {"metrics": [{"accuracy": 0.5, "entropy": 0.1, "logprob_gap": 0.0}] * 2, "seconds": 1.0}
+
+    monkeypatch.setattr(bench, "evaluate", evaluate)
+    monkeypatch.setattr(bench.pipeline, "rl", rl)
+    args = ["--sft-adapter", str(adapter), "--split", "val", "--set", "rl.sft_coef=0"]
+    assert bench.main([*args, "--seeds", "0", "1"]) == 0
+    out = json.loads((tmp_path / "runs" / "bench" / "rl_seeds.json").read_text())
+    assert (screened, scored) == ([0], ["sft", "rl", "rl"])
+    assert out["seeds"] == [0, 1] and out["pool"] == {"screened_by": 0}
+    assert [round(g, 4) for g in out["gains"]] == [0.01, 0.02] and out["targets"]["rl_above_sft"] == 2
+    assert bench.main([*args, "--seeds", "0", "1", "2", "--append"]) == 0
+    out = json.loads((tmp_path / "runs" / "bench" / "rl_seeds.json").read_text())
+    assert (screened, scored[3:]) == ([0], ["rl"])  # seed 2 alone: trained on seed 0's screening
+    assert out["seeds"] == [0, 1, 2] and [round(g, 4) for g in out["gains"]] == [0.01, 0.02, 0.03]
