@@ -321,14 +321,7 @@ def summarize(results: dict) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    import torch
-    import transformers
-    from transformers import AutoTokenizer
-
-    from coa_lab.generation.models import compute_context, load_model
-    from coa_lab.planning.plan_report import calibration, format_calibration
-
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokenizer", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
@@ -341,16 +334,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="what to measure (default: sft rl decode; all three took > 9 min on an H200: split them over calls)")
     p.add_argument("--heads", nargs="+", choices=HEADS, default=None, help="LM heads to compare (default: all available)")
     p.add_argument("--smoke", action="store_true", help="on the CPU, a tiny random model: checks the script runs")
-    args = p.parse_args(argv)
-    if not args.smoke and not torch.cuda.is_available():
-        raise SystemExit("gpu_validate.py proves the GPU paths: run it on a CUDA machine (or --smoke on a CPU)")
-    if "sft" in args.parts:
-        check_datasets_package()
-    device = Device(args.smoke)
-    contexts = args.contexts or ([256, 512] if args.smoke else [4096, 8192])
-    new_tokens = args.decode_tokens or (6 if args.smoke else 128)
-    args.out.mkdir(parents=True, exist_ok=True)
-    model_dir = args.model_dir or args.out / ("tiny-random" if args.smoke else "qwen25-3b-random")
+    return p
+
+
+def _versions(device: Device) -> dict:
+    """What the numbers were measured with; an optional package that fails to import says why."""
+    import torch
+    import transformers
+
     versions = {"torch": torch.__version__, "transformers": transformers.__version__,
                 "gpu": torch.cuda.get_device_name(0) if device.cuda else "none (--smoke)"}
     for name in ("peft", "bitsandbytes", "unsloth", "vllm", "liger_kernel"):
@@ -358,6 +349,34 @@ def main(argv: list[str] | None = None) -> int:
             versions[name] = getattr(__import__(name), "__version__", "installed")
         except Exception as exc:  # noqa: BLE001 - record why, keep going
             versions[name] = f"not available ({type(exc).__name__})"
+    return versions
+
+
+def _measured(run, **where) -> dict:
+    """A measurement, or where it ran out of GPU memory (the plain head at 8k may: that is a
+    result too, and the run goes on)."""
+    import torch
+
+    try:
+        return run()
+    except torch.cuda.OutOfMemoryError as exc:
+        torch.cuda.empty_cache()
+        return {**where, "oom": True, "peak_mem_gib": None, "error": str(exc).splitlines()[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    args = _parser().parse_args(argv)
+    if not args.smoke and not torch.cuda.is_available():
+        raise SystemExit("gpu_validate.py proves the GPU paths: run it on a CUDA machine (or --smoke on a CPU)")
+    if "sft" in args.parts:
+        check_datasets_package()
+    device = Device(args.smoke)
+    contexts = args.contexts or ([256, 512] if args.smoke else [4096, 8192])
+    args.out.mkdir(parents=True, exist_ok=True)
+    model_dir = args.model_dir or args.out / ("tiny-random" if args.smoke else "qwen25-3b-random")
+    versions = _versions(device)
     print(json.dumps(versions), flush=True)
     t0 = time.time()
     build_random_model(args.tokenizer, model_dir, args.smoke)
@@ -365,15 +384,18 @@ def main(argv: list[str] | None = None) -> int:
     results = {"versions": versions, "smoke": args.smoke, "parts": args.parts, "build_seconds": time.time() - t0,
                "lm_heads": heads, "sft": [], "rl": [], "decode": []}
     path = args.out / "gpu_validation.json"
+    _measure_parts(args, device, model_dir, contexts, heads, results, path)
+    _finish(results, path, device, args.out)
+    return 0
 
-    def measured(run, **where) -> dict:
-        """A measurement, or where it ran out of GPU memory (the plain head at 8k may: that is a
-        result too, and the run goes on)."""
-        try:
-            return run()
-        except torch.cuda.OutOfMemoryError as exc:
-            torch.cuda.empty_cache()
-            return {**where, "oom": True, "peak_mem_gib": None, "error": str(exc).splitlines()[0]}
+
+def _measure_parts(args, device: Device, model_dir: Path, contexts: list[int], heads: list[str], results: dict,
+                   path: Path) -> None:
+    """Each asked-for part in turn, the result file rewritten after every measurement (a call cut short keeps
+    what it measured)."""
+    from transformers import AutoTokenizer
+
+    from coa_lab.generation.models import compute_context, load_model
 
     def save(entry_kind: str, entry: dict) -> None:
         results[entry_kind].append(entry)
@@ -385,20 +407,21 @@ def main(argv: list[str] | None = None) -> int:
         sft_run(model_dir, tok, contexts[0] // 4, "chunked", device, args.out / "sft_warmup", 1)  # CUDA context
         for ctx in contexts:
             for head in heads:
-                save("sft", measured(lambda: sft_run(model_dir, tok, ctx, head, device, args.out / f"sft_{ctx}_{head}",
-                                                     args.steps), context=ctx, lm_head=head, four_bit=device.cuda))
+                save("sft", _measured(lambda: sft_run(model_dir, tok, ctx, head, device, args.out / f"sft_{ctx}_{head}",
+                                                      args.steps), context=ctx, lm_head=head, four_bit=device.cuda))
     preset = preset_for(model_dir, device)
     model, _ = load_model(preset.model, trainable=True)
     prompt_len = min(512, contexts[0] // 4)
+    new_tokens = args.decode_tokens or (6 if args.smoke else 128)
+    in_generator_mode = lambda: compute_context(model, preset.model)  # noqa: E731 - the generator's mode
     if "decode" in args.parts:  # first: the shortest part, and the one that needs no gradients
         model.eval()
-        save("decode", decode_run(model, tok, args.decode_batch, new_tokens,
-                                        lambda: compute_context(model, preset.model)))  # the generator's mode
+        save("decode", decode_run(model, tok, args.decode_batch, new_tokens, in_generator_mode))
         model.train()
     if "decode-profile" in args.parts:
         model.eval()
         results["decode_profile"] = profile_decode(model, tok, args.decode_batch, max(4, new_tokens // 4), device,
-                                                   lambda: compute_context(model, preset.model))
+                                                   in_generator_mode)
         print(json.dumps({"decode_profile": {k: v for k, v in results["decode_profile"].items()
                                              if k in ("lab", "generate")}})[:4000], flush=True)
         path.write_text(json.dumps(results, indent=2))
@@ -406,13 +429,18 @@ def main(argv: list[str] | None = None) -> int:
     if "rl" in args.parts:
         for ctx in contexts:
             for head in heads:
-                save("rl", {"dapo": measured(lambda: dapo_run(model, tok, preset, ctx, prompt_len, head, device),
-                                             lm_head=head, prompt_len=prompt_len, response_len=ctx - prompt_len)})
+                save("rl", {"dapo": _measured(lambda: dapo_run(model, tok, preset, ctx, prompt_len, head, device),
+                                              lm_head=head, prompt_len=prompt_len, response_len=ctx - prompt_len)})
     if "profile" in args.parts:
         results["profile"] = profile_update(model, tok, preset, contexts[0], prompt_len, device)
         print(json.dumps({"profile": results["profile"]["top"][:8]}), flush=True)
         path.write_text(json.dumps(results, indent=2))
-    del model
+
+
+def _finish(results: dict, path: Path, device: Device, out: Path) -> None:
+    """The summary and, on a GPU, the plan's predictions against what was measured."""
+    from coa_lab.planning.plan_report import calibration, format_calibration
+
     results["summary"] = summarize(results)
     rows = calibration(path) if device.cuda else []  # a tiny CPU model against the 3B plan means nothing
     results["calibration"] = [{"run": r.run, "quantity": r.quantity, "predicted": r.predicted, "measured": r.measured,
@@ -420,9 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(results, indent=2))
     if rows:
         print(format_calibration(rows))
-    for d in args.out.glob("sft_*"):
+    for d in out.glob("sft_*"):
         shutil.rmtree(d, ignore_errors=True)  # adapters are not results
-    return 0
 
 
 if __name__ == "__main__":
