@@ -131,19 +131,7 @@ def run_arms(args, overrides: dict, base: Path, adapter: Path, kept: Path) -> in
                 continue
             seeded = get_preset(args.preset, **arm_overrides(arm, overrides, seed))
             run = base / arm / f"seed{seed}"
-            summary = finished_rl(run, seeded)
-            if summary is None:
-                shutil.rmtree(run, ignore_errors=True)
-                (run / "sft").mkdir(parents=True)
-                (run / "sft" / "adapter").symlink_to(adapter.resolve())
-                if kept.exists():
-                    (run / "distill").symlink_to(kept.parent.resolve())
-                if pool.exists():
-                    (run / "rl").mkdir()
-                    shutil.copy(pool, run / "rl" / "pool.json")
-                summary = pipeline.rl(seeded, run, reuse_pool=pool.exists())
-                if not pool.exists():  # the first screening: every later arm and seed trains on it
-                    shutil.copy(run / "rl" / "pool.json", pool)
+            summary = finished_rl(run, seeded) or _train_arm(seeded, run, adapter, kept, pool)
             t1 = time.time()
             scored = _scored(evaluate(make_generator(seeded, run / "rl" / "adapter"), groups, tools, seeded,
                                       label=arm), keys)
@@ -173,6 +161,24 @@ def run_arms(args, overrides: dict, base: Path, adapter: Path, kept: Path) -> in
     if "rl_ptx_minus_control" in result:
         print("rl+ptx - control:", json.dumps(result["rl_ptx_minus_control"]))
     return 0
+
+
+def _train_arm(seeded, run: Path, adapter: Path, kept: Path, pool: Path) -> dict:
+    """One (arm, seed)'s RL stage from the SFT adapter, on the shared pool screening (the first run screens it)."""
+    from coa_lab import pipeline
+
+    shutil.rmtree(run, ignore_errors=True)
+    (run / "sft").mkdir(parents=True)
+    (run / "sft" / "adapter").symlink_to(adapter.resolve())
+    if kept.exists():
+        (run / "distill").symlink_to(kept.parent.resolve())
+    if pool.exists():
+        (run / "rl").mkdir()
+        shutil.copy(pool, run / "rl" / "pool.json")
+    summary = pipeline.rl(seeded, run, reuse_pool=pool.exists())
+    if not pool.exists():  # the first screening: every later arm and seed trains on it
+        shutil.copy(run / "rl" / "pool.json", pool)
+    return summary
 
 
 def summarize(args, overrides: dict, base: Path, sft: dict, mix: dict, machine_start: dict) -> dict:

@@ -177,3 +177,54 @@ def test_seeds_share_the_first_screening_and_append_keeps_sft_and_seeds(bench, t
     out = json.loads((tmp_path / "runs" / "bench" / "rl_seeds.json").read_text())
     assert (screened, scored[3:]) == ([0], ["rl"])  # seed 2 alone: trained on seed 0's screening
     assert out["seeds"] == [0, 1, 2] and [round(g, 4) for g in out["gains"]] == [0.01, 0.02, 0.03]
+
+
+def test_arms_train_on_one_screening_and_a_rerun_resumes_from_the_scores(bench, tmp_path, monkeypatch):
+    """--arms with the model work replaced: the first arm screens the pool, every other (arm, seed) trains on it,
+    a finished RL stage is scored without training again, and a rerun skips an (arm, seed) with a scores file."""
+    from types import SimpleNamespace
+
+    import coa_lab.evaluate
+    import coa_lab.generation.llm
+    import coa_lab.machine
+
+    monkeypatch.setenv("COA_LAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.delenv("COA_LAB_PUBLISH", raising=False)
+    monkeypatch.setattr(coa_lab.machine, "machine_peak", lambda preset: {"bf16_autocast": False})
+    monkeypatch.setattr(bench.pipeline, "make_tools", lambda preset: None)
+    monkeypatch.setattr(coa_lab.generation.llm, "make_generator", lambda preset, adapter: adapter)
+    run = tmp_path / "run"
+    adapter = run / "sft" / "adapter"
+    adapter.mkdir(parents=True)
+    (run / "distill").mkdir()
+    (run / "distill" / "kept.jsonl").write_text("{}\n")
+    scored, trained = [], []
+
+    def evaluate(generator, groups, tools, preset, label):
+        scored.append(label)
+        records = [SimpleNamespace(task_id=t.id, reward=float(label == "rl" or i % 2), metadata={"suite": k})
+                   for k, tasks in groups.items() for i, t in enumerate(tasks)]
+        suites = {k: SimpleNamespace(tasks=len(v), samples=1, accuracy=0.5, format_valid=1.0) for k, v in groups.items()}
+        return SimpleNamespace(suites=suites, records=records)
+
+    def rl(preset, run_dir, reuse_pool):
+        trained.append((run_dir.parent.name, preset.rl.seed, reuse_pool, preset.rl.sft_coef))
+        if not reuse_pool:
+            (run_dir / "rl").mkdir(parents=True)
+            (run_dir / "rl" / "pool.json").write_text(json.dumps({
+                "candidates": 2, "samples": 4, "rollouts": 8, "kept": 1, "histogram": {}, "pass_rates": {"t": 0.5}}))
+        (run_dir / "rl" / "adapter").mkdir()
+        return {"metrics": [{"accuracy": 0.5, "seconds": 2.0, "sample_seconds": 1.0, "sampled_groups": 1}],
+                "seconds": 2.0}
+
+    monkeypatch.setattr(coa_lab.evaluate, "evaluate", evaluate)
+    monkeypatch.setattr(bench.pipeline, "rl", rl)
+    args = ["--sft-adapter", str(adapter), "--split", "val", "--arms", "control", "rl", "--seeds", "0",
+            "--set", "rl.steps=1"]
+    assert bench.main(args) == 0
+    assert trained == [("rl", 0, False, 0.0), ("control", 0, True, 1.0)]  # rl first: its screening is shared
+    assert scored == ["sft", "rl", "control"]
+    out = json.loads((tmp_path / "runs" / "bench" / "rl_arms.json").read_text())
+    assert out["arms"]["rl"]["gains"][0] > 0 and out["arms"]["rl"]["won"][0] > 0
+    assert bench.main([*args[:-3], "0", "1", "--set", "rl.steps=1"]) == 0  # seed 1 alone is new work
+    assert trained[2:] == [("rl", 1, True, 0.0), ("control", 1, True, 1.0)] and scored[3:] == ["rl", "control"]
