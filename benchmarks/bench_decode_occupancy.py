@@ -85,6 +85,37 @@ def continuous_schedule(lifetimes: list[int], slots: int, admit_at: int = 1) -> 
     return live
 
 
+def _decode_arm(generator, tasks, tools, preset, continuous: bool) -> dict:
+    """Every task decoded greedy with continuous batching on or off, each decode step's rows and time stamped."""
+    from coa_lab import protocol
+    from coa_lab.generation import decoding
+
+    stamps: list[tuple[int, int, float]] = []  # (rows, tokens per row, time) at each forward
+    hook = generator.model.register_forward_pre_hook(
+        lambda mod, a, kw: stamps.append((*kw["input_ids"].shape, time.perf_counter())), with_kwargs=True)
+    decoding.CONTINUOUS = continuous
+    try:
+        t0 = time.perf_counter()
+        rollouts = run_coa(generator, tasks, tools, preset.gen, temperature=0.0)
+        wall = time.perf_counter() - t0
+    finally:
+        hook.remove()
+        decoding.CONTINUOUS = True
+    stamps.append((0, 0, time.perf_counter()))
+    steps = [(rows, nxt[2] - t) for (rows, width, t), nxt in zip(stamps, stamps[1:]) if width == 1]
+    return {"wall": wall, "steps": steps, "rollouts": rollouts,
+            "answers": [protocol.final_answer(r.text) for r in rollouts]}
+
+
+def _measured(arm: dict) -> dict:
+    steps = arm["steps"]
+    row_steps = sum(r for r, _ in steps)
+    return {"wall_seconds": round(arm["wall"], 1), "decode_steps": len(steps), "row_tokens": row_steps,
+            "mean_rows": round(row_steps / max(1, len(steps)), 1), "max_rows": max((r for r, _ in steps), default=0),
+            "step_seconds": round(sum(dt for _, dt in steps), 1),
+            "seconds_in_steps_under_16_rows": round(sum(dt for r, dt in steps if r < 16), 1)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--adapter", type=Path, default=None)
@@ -100,39 +131,15 @@ def main() -> int:
     print(f"{len(tasks)} tasks {mix}, adapter {adapter or '(none: base model)'}, batch {batch}")
     machine = machine_peak(preset)
 
-    from coa_lab import protocol
     from coa_lab.generation import decoding
 
     tools = make_tools(preset)
-    arms = {}
-    for name, continuous in (("chunked", False), ("continuous", True)):
-        stamps: list[tuple[int, int, float]] = []  # (rows, tokens per row, time) at each forward
-        hook = generator.model.register_forward_pre_hook(
-            lambda mod, a, kw: stamps.append((*kw["input_ids"].shape, time.perf_counter())), with_kwargs=True)
-        decoding.CONTINUOUS = continuous
-        try:
-            t0 = time.perf_counter()
-            rollouts = run_coa(generator, tasks, tools, preset.gen, temperature=0.0)
-            wall = time.perf_counter() - t0
-        finally:
-            hook.remove()
-            decoding.CONTINUOUS = True
-        stamps.append((0, 0, time.perf_counter()))
-        steps = [(rows, nxt[2] - t) for (rows, width, t), nxt in zip(stamps, stamps[1:]) if width == 1]
-        arms[name] = {"wall": wall, "steps": steps, "rollouts": rollouts,
-                      "answers": [protocol.final_answer(r.text) for r in rollouts]}
+    arms = {name: _decode_arm(generator, tasks, tools, preset, continuous)
+            for name, continuous in (("chunked", False), ("continuous", True))}
     a, b = fit_step_time(arms["chunked"]["steps"])
 
     def model_seconds(live: list[int]) -> float:
         return sum(a + b * r for r in live)
-
-    def measured(arm: dict) -> dict:
-        steps = arm["steps"]
-        row_steps = sum(r for r, _ in steps)
-        return {"wall_seconds": round(arm["wall"], 1), "decode_steps": len(steps), "row_tokens": row_steps,
-                "mean_rows": round(row_steps / max(1, len(steps)), 1), "max_rows": max((r for r, _ in steps), default=0),
-                "step_seconds": round(sum(dt for _, dt in steps), 1),
-                "seconds_in_steps_under_16_rows": round(sum(dt for r, dt in steps if r < 16), 1)}
 
     # the decoder's order: prompts sorted by their tokens (decoding.decode)
     rollouts = arms["chunked"]["rollouts"]
@@ -146,7 +153,7 @@ def main() -> int:
     same = sum(x == y for x, y in zip(arms["chunked"]["answers"], arms["continuous"]["answers"]))
     result = {
         "tasks": len(tasks), "adapter": str(adapter) if adapter else None, "batch_size": batch,
-        "measured": measured(arms["chunked"]), "measured_continuous": measured(arms["continuous"]),
+        "measured": _measured(arms["chunked"]), "measured_continuous": _measured(arms["continuous"]),
         "speedup": round(arms["chunked"]["wall"] / arms["continuous"]["wall"], 3),
         "same_final_answers": f"{same}/{len(tasks)}",
         "step_model_ms": {"a": round(a * 1000, 1), "b_per_row": round(b * 1000, 2)},
