@@ -413,7 +413,10 @@ def _measure_parts(args, device: Device, model_dir: Path, contexts: list[int], h
     model, _ = load_model(preset.model, trainable=True)
     prompt_len = min(512, contexts[0] // 4)
     new_tokens = args.decode_tokens or (6 if args.smoke else 128)
-    in_generator_mode = lambda: compute_context(model, preset.model)  # noqa: E731 - the generator's mode
+
+    def in_generator_mode():  # the generator's mode (autocast or not), as decoding runs it
+        return compute_context(model, preset.model)
+
     if "decode" in args.parts:  # first: the shortest part, and the one that needs no gradients
         model.eval()
         save("decode", decode_run(model, tok, args.decode_batch, new_tokens, in_generator_mode))
