@@ -2,6 +2,7 @@
 
     coa-lab demo                                 # every stage, cpu-quick, into runs/demo
     coa-lab demo --preset cpu-tiny --run runs/demo-full   # the whole measured recipe (~1 h)
+    coa-lab demo --run runs/demo-full --resume   # an interrupted demo: finished stages kept, the rest goes on
     coa-lab capture --preset cpu-smoke --run runs/try
     coa-lab sft --run runs/try --set sft.epochs=1
     coa-lab exec program.py --timeout 5          # run a file in the code sandbox
@@ -105,6 +106,14 @@ def _parser() -> argparse.ArgumentParser:
         if name == "rl":
             p.add_argument("--resume", action="store_true",
                            help="continue from RUN/rl/checkpoint (rl.save_steps) on the same pool")
+        if name == "eval":
+            p.add_argument("--resume", action="store_true",
+                           help="keep the systems already read (RUN/eval/done) and read the rest; after training "
+                                "an adapter again, evaluate without --resume")
+        if name == "demo":
+            p.add_argument("--resume", action="store_true",
+                           help="an interrupted demo: keep the stages that finished in RUN, continue the first "
+                                "other one from its partial work, with the folder's recorded settings")
         if name == "eval":
             p.add_argument("--policy", default="model", choices=["model", "gold"],
                            help="gold: answer every task with its own label (harness self-test)")
@@ -222,15 +231,20 @@ def _run(args) -> int:
         print(write_report(args.run))
         return 0
 
-    from coa_lab import pipeline
+    from coa_lab import demo, pipeline
 
     overrides = parse_overrides(args.set)
     if args.command == "eval" and args.suite:
         return _eval_suite(args, get_preset(args.preset or "cpu-tiny", **overrides))
-    if args.command == "demo":  # the demo starts afresh and records its own settings
-        preset = get_preset(args.preset or "cpu-quick", **overrides)
+    if args.command == "demo":  # the demo starts afresh and records its own settings ...
+        run = args.run or runs_dir() / "demo"
+        if args.resume:  # ... unless resumed: then it keeps the folder's, as a single stage does
+            named = args.preset or (None if (run / "preset.json").exists() else "cpu-quick")
+            preset = _run_folder_preset(run, named, overrides, change=False)
+        else:
+            preset = get_preset(args.preset or "cpu-quick", **overrides)
         _warn_if_rl_does_not_fit(preset)
-        pipeline.run_all(preset, args.run or runs_dir() / "demo")
+        demo.run_all(preset, run, resume=args.resume)
         return 0
     run = args.run or runs_dir() / (args.preset or "cpu-smoke")
     preset = _run_folder_preset(run, args.preset, overrides, args.change_settings)

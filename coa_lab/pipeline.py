@@ -7,7 +7,8 @@
     run/eval/{base,sft,rl}.json   per-suite metrics, and the trajectories behind them
     run/report.md, *.png          one table + plots
 
-Each stage can run on its own (`coa-lab sft --run runs/x`) as long as its inputs exist.
+Each stage can run on its own (`coa-lab sft --run runs/x`) as long as its inputs exist; coa_lab/demo.py
+runs them all in order (`coa-lab demo`) and resumes an interrupted demo.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import os
 import random
 import shutil
 import time
@@ -35,10 +35,8 @@ from coa_lab.generation import engine_share, vllm_engine
 from coa_lab.generation.backends import resolve_backend
 from coa_lab.generation.llm import make_generator
 from coa_lab.generation.models import load_tokenizer
-from coa_lab.machine import machine_peak
 from coa_lab.paths import DATASETS_DIR
 from coa_lab.protocol import PROFILE_TOOLS
-from coa_lab.report import publish_run, write_report, write_summary
 from coa_lab.rl.checkpoint import latest_rl_checkpoint
 from coa_lab.rl.pool import PoolReport, select_pool
 from coa_lab.rl.trainer import rl_seed, train_rl
@@ -51,7 +49,7 @@ from coa_lab.trajectories import TrajectoryRecord, load_records, save_records
 STAGES = ("capture", "distill", "sft", "rl", "control", "eval")
 
 
-def _write_json(path: Path, obj) -> None:
+def write_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2, default=str))
 
@@ -190,7 +188,7 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
         summary["requests"], summary["retries"] = backend.requests, backend.retries
     if getattr(backend, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled
         summary.update(backend.stats)
-    _write_json(run / "capture" / "summary.json", summary)
+    write_json(run / "capture" / "summary.json", summary)
     return summary
 
 
@@ -225,8 +223,8 @@ def distill(preset: Preset, run: Path) -> dict:
     summary = {"input": len(records), "kept": len(kept), "by_source": report.counts,
                "kept_by_source": _count(r.source for r in kept), "dropped_by_reason": report.by_reason(),
                "seconds": round(time.time() - t0, 1)}
-    _write_json(run / "distill" / "summary.json", summary)
-    _write_json(run / "distill" / "dropped.json", report.dropped)
+    write_json(run / "distill" / "summary.json", summary)
+    write_json(run / "distill" / "dropped.json", report.dropped)
     (run / "distill" / "filter_table.md").write_text(report.table() + "\n")
     return summary
 
@@ -249,7 +247,7 @@ def sft(preset: Preset, run: Path, resume: bool = False) -> dict:
                "last_loss": result.losses[-1], "trained_tokens": result.trained_tokens,
                "masked_observation_tokens": result.masked_observation_tokens, "seconds": round(time.time() - t0, 1)}
     if distributed.is_main():
-        _write_json(run / "sft" / "summary.json", summary)
+        write_json(run / "sft" / "summary.json", summary)
     return summary
 
 
@@ -288,7 +286,7 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
         pool = candidates
     anchors = [t for t in candidates if report.pass_rates[t.id] == 1.0]  # solved every time
     if distributed.is_main():
-        _write_json(run / "rl" / "pool.json", {**report.to_dict(), "fallback_to_all_candidates": fallback,
+        write_json(run / "rl" / "pool.json", {**report.to_dict(), "fallback_to_all_candidates": fallback,
                                               "anchors": [t.id for t in anchors], "pool": [t.id for t in pool]})
     screen_seconds = round(time.time() - t0, 1)
     sft_records = None
@@ -305,7 +303,7 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
                "pool_rollouts": report.rollouts,
                "pool_fallback": fallback, "pool_seconds": screen_seconds, "seconds": round(time.time() - t0, 1)}
     if distributed.is_main():
-        _write_json(run / "rl" / "summary.json", summary)
+        write_json(run / "rl" / "summary.json", summary)
     return summary
 
 
@@ -351,15 +349,22 @@ ADAPTERS = {"sft": "sft/adapter", "rl": "rl/adapter", "control": "control/rl/ada
 SAMPLED = ("sft", "control", "rl")  # read at rl.temperature beside greedy when RL has its control (eval.control)
 
 
-def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", "sft", "rl", "control")) -> dict:
+def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", "sft", "rl", "control"),
+                   resume: bool = False) -> dict:
     """Base / SFT / RL single models on the held-out mix, and the multi-agent teacher on the
     headline (learnable) tasks: the paper's cost comparison on the same tasks. No trainer is on
-    the card: RL's engine (planned beside a trainer) is released and evaluation's has the card alone."""
+    the card: RL's engine (planned beside a trainer) is released and evaluation's has the card alone.
+    Each system's readout is kept in RUN/eval/done/<system>.json as it finishes; `resume` reads those
+    again instead of re-running them (an evaluation cut short loses only the system it was on), and a
+    fresh evaluation clears them (a readout of an adapter trained since would not be this run's)."""
     _free_the_card()
     teacher_preset = preset if preset.capture.teacher_url else _engine_alone(preset, preset.capture.teacher_model)
     preset = _engine_alone(preset)
 
     t0 = time.time()
+    done = run / "eval" / "done"
+    if not resume:
+        shutil.rmtree(done, ignore_errors=True)
     # the test split is what the report quotes; validation (eval.val_tasks) is where settings are
     # chosen, and is evaluated beside it so a tuning run reads val, never test
     groups = by_benchmark(draw_tasks(preset, preset.eval.tasks, "test"), preset.eval.tasks)
@@ -368,69 +373,78 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     headline = {key: groups[key] for key in preset.eval.headline if key in groups}
     k = preset.eval.control_samples if preset.eval.control and (run / ADAPTERS["control"]).exists() else 0
     out, seconds, val, sampled = {}, {}, {}, {}  # seconds per evaluated system: where the stage's time goes
+    earlier = 0.0  # the seconds of the systems read back from RUN/eval/done: the stage's own time counts them
     for label in which:
         adapter = run / ADAPTERS[label] if label in ADAPTERS else None
         if (adapter is not None and not adapter.exists()) or (label == "control" and not preset.eval.control):
             continue  # a control left by an earlier run is not this run's
-        t1 = time.time()
-        generator = make_generator(preset, adapter)
-        result = evaluate(generator, groups, tools, preset, label=label)
-        save_eval(result, run / "eval")
-        out[label] = result.summary()
-        if val_groups:
-            val_result = evaluate(generator, val_groups, tools, preset, label=f"val_{label}")
-            save_eval(val_result, run / "eval")
-            val[label] = val_result.summary()
-        if k and label in SAMPLED:  # the policy RL trains is the sampled one: the same draws for every adapter
-            torch.manual_seed(preset.seed)
-            result = evaluate(generator, headline, tools, preset, label=f"sampled_{label}", samples=k,
-                              temperature=preset.rl.temperature)
-            save_eval(result, run / "eval")
-            sampled[label] = result.summary()
-        seconds[label] = round(time.time() - t1, 1)
+        kept, again = _kept_or(done / f"{label}.json", lambda: _evaluate_system(
+            preset, label, adapter, (groups, val_groups, headline), tools, k if label in SAMPLED else 0, run))
+        out[label], seconds[label] = kept["test"], kept["seconds"]
+        earlier += kept["seconds"] if again else 0.0
+        if "val" in kept:
+            val[label] = kept["val"]
+        if "sampled" in kept:
+            sampled[label] = kept["sampled"]
     if val:
         out["val"] = val
     if sampled:
         out["sampled"] = {"samples": k, "temperature": preset.rl.temperature, **sampled}
     if preset.eval.teacher:
-        t1 = time.time()
-        teacher = make_teacher(teacher_preset)  # a larger teacher's engine is sized for its own weights
-        tasks = [t for ts in headline.values() for t in ts]
-        runs = capture_runs(teacher, tasks, tools, preset, run / "eval" / "teacher_runs.jsonl", resume=False).runs
-        out["teacher"] = teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})
-        if getattr(teacher, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled
-            out["teacher_prompt_tokens"] = dict(teacher.stats)
-        seconds["teacher"] = round(time.time() - t1, 1)
+        kept, again = _kept_or(done / "teacher.json", lambda: _evaluate_teacher(teacher_preset, preset, run, groups, tools))
+        out.update({key: v for key, v in kept.items() if key != "seconds"})
+        seconds["teacher"] = kept["seconds"]
+        earlier += kept["seconds"] if again else 0.0
     out["seconds_by_system"] = seconds
-    out["seconds"] = round(time.time() - t0, 1)
-    _write_json(run / "eval" / "summary.json", out)
+    out["seconds"] = round(time.time() - t0 + earlier, 1)
+    write_json(run / "eval" / "summary.json", out)
     return out
 
 
-def run_all(preset: Preset, run: Path, log=print) -> dict:
-    """The whole recipe, stage after stage; returns per-stage summaries and writes the report."""
-    run = Path(run)
-    run.mkdir(parents=True, exist_ok=True)
-    _write_json(run / "preset.json", preset.to_dict())
-    # probed at the start and at the end: on a shared machine the peak drifts within an hour
-    # (2026-11-23: 179 -> 84 GFLOP/s between two demo runs), and a stage time means little without it
-    machine_start = machine_peak(preset)
-    t0 = time.time()
-    # the demo starts afresh; `coa-lab capture` on its own resumes an existing folder
-    steps = [("capture", lambda p, r: capture(p, r, resume=False)), ("distill", distill), ("sft", sft), ("rl", rl),
-             ("control", control), ("eval", evaluate_stage)]
-    summaries = {}
-    for name, fn in steps:
-        log(f"== {name} ({preset.name}) ...")
-        summaries[name] = fn(preset, run)
-        log(f"   {name} done in {summaries[name].get('seconds', '?')} s")
-    summaries["total_seconds"] = round(time.time() - t0, 1)
-    timing = {k: v.get("seconds") if isinstance(v, dict) else v for k, v in summaries.items()}
-    _write_json(run / "timing.json", {**timing, "machine": machine_peak(preset), "machine_start": machine_start})
-    write_summary(run, preset)
-    write_report(run)
-    log(f"report: {run / 'report.md'}  ({summaries['total_seconds']} s)")
-    if os.environ.get("COA_LAB_PUBLISH") == "1":  # `COA_LAB_PUBLISH=1 make demo`: docs/results.md's figures
-        name = "demo" if preset.name == "cpu-tiny" else f"demo_{preset.name}"
-        log(f"published {publish_run(run, name, f'COA_LAB_PUBLISH=1 coa-lab demo --preset {preset.name}')}")
-    return summaries
+def _kept_or(path: Path, evaluate_it) -> tuple[dict, bool]:
+    """The readout kept at `path` (and True), else evaluate_it()'s, kept there as soon as it is done."""
+    if path.exists():
+        try:
+            return json.loads(path.read_text()), True
+        except json.JSONDecodeError:  # torn by a kill mid-write: that system is read again
+            pass
+    result = evaluate_it()
+    write_json(path, result)
+    return result, False
+
+
+def _evaluate_system(preset: Preset, label: str, adapter: Path | None, task_groups: tuple, tools, k: int,
+                     run: Path) -> dict:
+    """One system (base or an adapter) greedy on the test mix and on validation, and at k samples at RL's
+    temperature on the headline tasks (k > 0: RL read against its control, where sharpening shows)."""
+    groups, val_groups, headline = task_groups
+    t1 = time.time()
+    generator = make_generator(preset, adapter)
+    result = evaluate(generator, groups, tools, preset, label=label)
+    save_eval(result, run / "eval")
+    kept = {"test": result.summary()}
+    if val_groups:
+        val_result = evaluate(generator, val_groups, tools, preset, label=f"val_{label}")
+        save_eval(val_result, run / "eval")
+        kept["val"] = val_result.summary()
+    if k:  # the policy RL trains is the sampled one: the same draws for every adapter
+        torch.manual_seed(preset.seed)
+        result = evaluate(generator, headline, tools, preset, label=f"sampled_{label}", samples=k,
+                          temperature=preset.rl.temperature)
+        save_eval(result, run / "eval")
+        kept["sampled"] = result.summary()
+    kept["seconds"] = round(time.time() - t1, 1)
+    return kept
+
+
+def _evaluate_teacher(teacher_preset: Preset, preset: Preset, run: Path, groups: dict, tools) -> dict:
+    """The multi-agent teacher on the headline tasks: the cost the single CoA model is compared with."""
+    t1 = time.time()
+    teacher = make_teacher(teacher_preset)  # a larger teacher's engine is sized for its own weights
+    tasks = [t for key in preset.eval.headline for t in groups.get(key, [])]
+    runs = capture_runs(teacher, tasks, tools, preset, run / "eval" / "teacher_runs.jsonl", resume=False).runs
+    kept = {"teacher": teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})}
+    if getattr(teacher, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled
+        kept["teacher_prompt_tokens"] = dict(teacher.stats)
+    kept["seconds"] = round(time.time() - t1, 1)
+    return kept

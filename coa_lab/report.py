@@ -151,6 +151,8 @@ def summarize(run: str | Path, headline=None) -> dict:
         if timing and timing.get("rl") and timing.get("total_seconds") else None,
         "stage_seconds": {k: v for k, v in (timing or {}).items()
                           if k != "total_seconds" and isinstance(v, (int, float))},  # not the machine's peaks
+        # a demo resumed after an interruption (`coa-lab demo --resume`): which stages it kept, which it continued
+        "resumed": get(timing, "resumed"),
     }
 
 
@@ -227,7 +229,21 @@ def _machine_lines(timing: dict, summary: dict) -> list[str]:
             f"{fp32} GFLOP/s, bf16 {_fmt(machine.get('bf16_gflops'), 0)} GFLOP/s "
             f"(bf16 autocast {'on' if machine.get('bf16_autocast') else 'off'}); "
             f"total {_fmt(timing.get('total_seconds'), 0)} s"
-            + (f", RL {summary['rl_time_share']:.0%} of it." if summary.get("rl_time_share") else "."), ""]
+            + (f", RL {summary['rl_time_share']:.0%} of it." if summary.get("rl_time_share") else ".")
+            + _resumed_line(timing.get("resumed")), ""]
+
+
+def _resumed_line(resumed: dict | None) -> str:
+    """A resumed demo's times are its stages' own seconds, not one wall-clock span: say so."""
+    if not resumed:
+        return ""
+    kept = ", ".join(resumed.get("kept") or []) or "none"
+    go_on = resumed.get("continued")
+    # evaluation keeps each finished system's seconds; capture, SFT and RL count only this start's part
+    caveat = "" if go_on == "eval" else " (its time counts only the part after the resume)"
+    return (f" Resumed (`coa-lab demo --resume`): stages kept from before: {kept}"
+            + (f"; {go_on} continued from its partial work{caveat}" if go_on else "")
+            + "; the total is the sum of the stages' own times.")
 
 
 # What read the headline's tasks before this run: they are the selection split (docs/design.md),

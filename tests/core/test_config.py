@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -48,13 +49,31 @@ def test_cpu_quick_is_the_demo_recipe_with_less_rl_and_a_smaller_test_set():
 
 
 def test_the_demo_command_defaults_to_cpu_quick(monkeypatch, tmp_path):
-    from coa_lab import cli, pipeline
+    from coa_lab import cli, demo
 
     seen = {}
-    monkeypatch.setattr(pipeline, "run_all", lambda preset, run: seen.update(name=preset.name, run=run))
+    monkeypatch.setattr(demo, "run_all", lambda preset, run, resume: seen.update(name=preset.name, run=run,
+                                                                                     resume=resume))
     monkeypatch.setenv("COA_LAB_RUNS", str(tmp_path))
     assert cli.main(["demo"]) == 0
-    assert seen["name"] == "cpu-quick" and seen["run"].name == "demo"
+    assert seen == {"name": "cpu-quick", "run": tmp_path / "demo", "resume": False}
+
+
+def test_a_resumed_demo_keeps_its_folders_settings_and_refuses_others(monkeypatch, tmp_path, capsys):
+    from coa_lab import cli, demo
+
+    seen = {}
+    monkeypatch.setattr(demo, "run_all", lambda preset, run, resume: seen.update(preset=preset, resume=resume))
+    run = tmp_path / "full"
+    assert cli.main(["demo", "--resume", "--run", str(run)]) == 0  # nothing recorded yet: the demo's default
+    assert seen["preset"].name == "cpu-quick" and seen["resume"] is True
+    recorded = get_preset("cpu-tiny", rl={"steps": 3})
+    (run / "preset.json").write_text(json.dumps(recorded.to_dict()))
+    assert cli.main(["demo", "--resume", "--run", str(run)]) == 0  # no --preset: the folder's settings
+    assert seen["preset"] == recorded
+    seen.clear()
+    assert cli.main(["demo", "--resume", "--run", str(run), "--set", "rl.steps=5"]) == 2
+    assert seen == {} and "rl.steps" in capsys.readouterr().err
 
 
 def test_overrides_apply():

@@ -8,11 +8,12 @@ of training is not expected to get better).
 
 import json
 import math
+import shutil
 
 import pytest
 
 from coa_lab.config import get_preset
-from coa_lab.pipeline import run_all
+from coa_lab.demo import run_all
 from coa_lab.tasks.records import Task
 from coa_lab.tasks.scorers import score
 from coa_lab.trajectories import load_records
@@ -162,3 +163,22 @@ def test_report_and_plots_written(run_dir):
         assert f"| {stage} |" in report
     assert (run_dir / "sft_loss.png").stat().st_size > 1000
     assert (run_dir / "eval.png").stat().st_size > 1000
+
+
+def test_a_demo_cut_in_its_evaluation_resumes_there(run_dir, tmp_path):
+    """`coa-lab demo --resume` on a copy of the smoke run killed while evaluating RL: the five finished stages
+    are kept, evaluation reads only RL again (the other systems' readouts are in eval/done), the same figures."""
+    run = tmp_path / "resumed"
+    shutil.copytree(run_dir, run, symlinks=True)  # copy2 keeps the mtimes finished_stages reads
+    before = json.loads((run / "eval" / "summary.json").read_text())
+    (run / "eval" / "summary.json").unlink()
+    (run / "eval" / "done" / "rl.json").unlink()
+    logged = []
+    run_all(get_preset("cpu-smoke"), run, log=logged.append, resume=True)
+    assert [line for line in logged if line.startswith("== ")][-1].startswith("== eval (")
+    after = json.loads((run / "eval" / "summary.json").read_text())
+    assert after["rl"] == before["rl"] and after["seconds_by_system"] == before["seconds_by_system"] | {
+        "rl": after["seconds_by_system"]["rl"]}
+    timing = json.loads((run / "timing.json").read_text())
+    assert timing["resumed"] == {"kept": ["capture", "distill", "sft", "rl", "control"], "continued": "eval"}
+    assert "Resumed (`coa-lab demo --resume`)" in (run / "report.md").read_text()

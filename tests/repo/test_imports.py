@@ -27,6 +27,7 @@ LATE: dict[tuple[str, str], str] = {
     ("cli.py", "coa_lab.rl_arms.command"): CLI_COMMAND,
     ("cli.py", "coa_lab.report"): CLI_COMMAND,
     ("cli.py", "coa_lab.pipeline"): CLI_COMMAND,
+    ("cli.py", "coa_lab.demo"): CLI_COMMAND,
     ("cli.py", "coa_lab.planning.plan_report"): CLI_COMMAND,
     ("cli.py", "coa_lab.evaluate"): CLI_COMMAND,
     ("cli.py", "coa_lab.tasks.records"): CLI_COMMAND,
@@ -105,7 +106,7 @@ def test_no_stage_asks_the_planner():
     """The stages size vLLM's share themselves (generation/engine_share.py, which the planner calls
     too): nothing the pipeline imports, directly or through another module, is coa_lab.planning."""
     graph = import_graph()
-    reached, todo = set(), ["coa_lab.pipeline"]
+    reached, todo = set(), ["coa_lab.pipeline", "coa_lab.demo"]
     while todo:
         for nxt in graph.get(todo.pop(), ()):
             if nxt not in reached:
