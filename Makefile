@@ -73,12 +73,14 @@ browser:
 	  fi; }
 
 # `make demo`: the cpu-quick preset (the demo recipe, less RL and a smaller test set) into
-# runs/demo; `make demo-full`: cpu-tiny, the whole measured recipe (about an hour on 2 cores)
+# runs/demo; `make demo-full`: cpu-tiny, the whole measured recipe (over two hours on 2 cores at
+# issue 57's RL budget). DEMO_FLAGS=--resume goes on with an interrupted one (`coa-lab demo --resume`).
+DEMO_FLAGS ?=
 demo: setup
-	$(PY) -m coa_lab.cli demo
+	$(PY) -m coa_lab.cli demo $(DEMO_FLAGS)
 
 demo-full: setup
-	$(PY) -m coa_lab.cli demo --preset cpu-tiny --run runs/demo-full
+	$(PY) -m coa_lab.cli demo --preset cpu-tiny --run runs/demo-full $(DEMO_FLAGS)
 
 # Two or more workers (pytest-xdist), one file per worker so that a file's shared fixtures (the
 # notebooks' runs folder, the smoke pipeline's run) are built once; tests/conftest.py gives each
