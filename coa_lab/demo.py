@@ -90,8 +90,8 @@ def run_all(preset: Preset, run: Path, log=print, resume: bool = False) -> dict:
         summaries["total_seconds"] = round(sum(s.get("seconds") or 0 for s in summaries.values()
                                                if isinstance(s, dict)), 1)
     timing = {k: v.get("seconds") if isinstance(v, dict) else v for k, v in summaries.items()}
-    pipeline.write_json(run / "timing.json", {**timing, "machine": machine_peak(preset), "machine_start": machine_start,
-                                      "resumed": resumed})
+    pipeline.write_json(run / "timing.json", {**timing, "machine": machine_peak(preset),
+                                              "machine_start": machine_start, "resumed": resumed})
     write_summary(run, preset)
     write_report(run)
     log(f"report: {run / 'report.md'}  ({summaries['total_seconds']} s)")

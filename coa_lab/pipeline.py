@@ -354,9 +354,8 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     """Base / SFT / RL single models on the held-out mix, and the multi-agent teacher on the
     headline (learnable) tasks: the paper's cost comparison on the same tasks. No trainer is on
     the card: RL's engine (planned beside a trainer) is released and evaluation's has the card alone.
-    Each system's readout is kept in RUN/eval/done/<system>.json as it finishes; `resume` reads those
-    again instead of re-running them (an evaluation cut short loses only the system it was on), and a
-    fresh evaluation clears them (a readout of an adapter trained since would not be this run's)."""
+    Each system's readout is kept in RUN/eval/done/<system>.json as it finishes; `resume` reads them again
+    (a cut evaluation loses only the system it was on); a fresh one clears them (an adapter may be new)."""
     _free_the_card()
     teacher_preset = preset if preset.capture.teacher_url else _engine_alone(preset, preset.capture.teacher_model)
     preset = _engine_alone(preset)
@@ -391,7 +390,8 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     if sampled:
         out["sampled"] = {"samples": k, "temperature": preset.rl.temperature, **sampled}
     if preset.eval.teacher:
-        kept, again = _kept_or(done / "teacher.json", lambda: _evaluate_teacher(teacher_preset, preset, run, groups, tools))
+        kept, again = _kept_or(done / "teacher.json",
+                               lambda: _evaluate_teacher(teacher_preset, preset, run, groups, tools))
         out.update({key: v for key, v in kept.items() if key != "seconds"})
         seconds["teacher"] = kept["seconds"]
         earlier += kept["seconds"] if again else 0.0
