@@ -432,11 +432,30 @@ def _arm_block(row: dict, step_dir: Path | None = None, arm: str = "") -> dict:
     return block
 
 
+# the differences the docs quote, in one direction: `coa-lab arms` names a pair by the order of the call that wrote
+# arms.json (a run of `--arms rft` alone writes control_minus_rl), so the other direction is turned round
+ORIENTED = ("rl_minus_rft", "rl_minus_control", "control_minus_rft")
+DIFF_FIELDS = ("gains", "paired_se", "mean", "ci95", "won", "lost")
+
+
 def _diffs(table: dict) -> dict:
     """Every arm − arm block of an arms.json (rl_minus_rft, rl_lr2e_05_minus_rl_lr1e_05, ...), seed by seed."""
-    return {name: {"seeds": diff["seeds"], **{m: {k: diff[m][k] for k in ("gains", "paired_se", "mean", "ci95", "won", "lost")}
-                                             for m in table["metrics"]}}
-            for name, diff in table.items() if "_minus_" in name and isinstance(diff, dict)}
+    out = {}
+    for name, diff in table.items():
+        if "_minus_" not in name or not isinstance(diff, dict):
+            continue
+        a, b = name.split("_minus_", 1)
+        turn = f"{b}_minus_{a}" in ORIENTED
+        out[f"{b}_minus_{a}" if turn else name] = {
+            "seeds": diff["seeds"], **{m: (_turned if turn else dict)({k: diff[m][k] for k in DIFF_FIELDS})
+                                      for m in table["metrics"]}}
+    return out
+
+
+def _turned(block: dict) -> dict:
+    """b − a from a − b: the gains and interval negated (the bootstrap's percentiles mirror), won and lost swapped."""
+    return {"gains": [-g for g in block["gains"]], "paired_se": block["paired_se"], "mean": -block["mean"],
+            "ci95": [-block["ci95"][1], -block["ci95"][0]], "won": block["lost"], "lost": block["won"]}
 
 
 def step_summary(rows: list[dict]) -> dict:

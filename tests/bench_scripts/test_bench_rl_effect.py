@@ -450,3 +450,21 @@ def test_the_confirmation_arms_refuse_any_mode_but_fp32(bench, monkeypatch):
         bench.fp32_only()
     monkeypatch.setenv("COA_LAB_CPU_BF16", "0")
     bench.fp32_only()
+
+
+def test_published_differences_read_one_way_whichever_arm_the_last_call_ran(bench):
+    """`coa-lab arms --arms rft` alone names the rl/control pair control_minus_rl (its call's order); the
+    published file keeps rl_minus_control, the same figures turned round, as a call of `--arms rl` writes them."""
+    from coa_lab.rl_arms import table
+    committed = Path(bench.__file__).parent / "state" / "rl_effect" / "confirm"  # the confirmation's real outcomes
+    sft, runs = table.load_scores(committed)
+    runs = {arm: {0: by_seed[0]} for arm, by_seed in runs.items() if arm in ("control", "rft", "rl")}
+    by_rl = bench._diffs(table.build(sft, runs, ["rl"], "rft", 4, resamples=2000))
+    by_rft = bench._diffs(table.build(sft, runs, ["rft"], "rft", 4, resamples=2000))
+    assert "control_minus_rl" in table.build(sft, runs, ["rft"], "rft", 4, resamples=10)  # what the call writes
+    assert set(by_rl) == set(by_rft) == {"rl_minus_rft", "rl_minus_control", "control_minus_rft"}
+    for m in ("greedy", "avg_at_4"):
+        a, b = by_rl["rl_minus_control"][m], by_rft["rl_minus_control"][m]
+        assert a["gains"] == pytest.approx(b["gains"]) and a["mean"] == pytest.approx(b["mean"])
+        assert (a["won"], a["lost"]) == (b["won"], b["lost"]) and a["won"] != a["lost"]
+        assert a["ci95"] == pytest.approx(b["ci95"], abs=0.006)  # the same bootstrap, mirrored
