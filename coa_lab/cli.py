@@ -194,7 +194,8 @@ training resumes from its RL checkpoint (rl.save_steps) if started with the same
 restarts clean from the SFT adapter. Every adapter is read with the common settings (--set, not
 the arm's), so readouts pair. OUT/arms.json: per arm and metric (greedy, avg_at_K, pass_at_K)
 against SFT: gains per seed, paired_se, won/lost, mean, ci95 (bootstrap over tasks); A_minus_B
-the same for pairs of arms (every arm against --against first).
+the same for pairs of arms (every arm against --against first, then the rest in the order the
+first call named them: a pair keeps its name when later calls resume one arm at a time).
 """
 
 

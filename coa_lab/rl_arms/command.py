@@ -138,11 +138,15 @@ def _train_and_read(args, base, out: Path, start: Path, kept: Path, arms: dict, 
 def _finish(args, out: Path, settings: dict, t0: float, start: Path | None, show: bool = False) -> int:
     """OUT/arms.json from every stored outcome; the table printed at the end."""
     sft, runs = table.load_scores(out)
-    order = [n for group in (getattr(args, "arm", None) or []) for n in (spec.parse_arm(a)[0] for a in group)]
+    old = out / "arms.json"
+    # The arms in the order the first call named them, then any new ones: a pair keeps one name (rl_minus_control)
+    # however later calls, resuming one arm at a time, order their --arm.
+    order = list(json.loads(old.read_text())["arms"]) if old.exists() else []
+    given = [n for group in (getattr(args, "arm", None) or []) for n in (spec.parse_arm(a)[0] for a in group)]
+    order += [n for n in given if n not in order]
     result = {"split": settings["split"], "mix": settings["mix"], "samples": settings["samples"],
               "temperature": settings["temperature"], "preset": settings.get("preset"), "overrides": args.set,
               **table.build(sft, runs, order, args.against, settings["samples"], args.resamples)}
-    old = out / "arms.json"
     start_info = runner._start_info(start) if start else json.loads(old.read_text()).get("start") if old.exists() else None
     result = {**result, "start": start_info, "seconds": round(time.time() - t0, 1)}
     if (out / "pool.json").exists():

@@ -84,6 +84,19 @@ def test_table_is_comparison_of_the_stored_outcomes(run, fakes):
     assert again["arms"] == result["arms"] and not fakes.evaluated
 
 
+def test_a_pair_keeps_its_name_when_later_calls_name_the_arms_in_another_order(run, fakes):
+    common = ["--samples", "3", "--resamples", "500"]
+    assert main(["arms", "--run", str(run), "--arm", "rl", "rft", "control", "--seeds", "0", *common]) == 0
+    # resumed one arm at a time, a later call naming rft alone: rl − rft keeps its name (against control: X − control)
+    assert main(["arms", "--run", str(run), "--arm", "rft", "--seeds", "1", *common]) == 0
+    assert main(["arms", "--run", str(run), "--arm", "rl", "--seeds", "1", *common]) == 0
+    result = json.loads((run / "arms" / "arms.json").read_text())
+    assert list(result["arms"]) == ["rl", "rft", "control"]
+    pairs = sorted(k for k in result if "_minus_" in k)
+    assert pairs == ["rft_minus_control", "rl_minus_control", "rl_minus_rft"]
+    assert result["rl_minus_rft"]["seeds"] == [0, 1] and result["rl_minus_control"]["seeds"] == [0]
+
+
 def test_a_killed_command_resumes_without_redoing_finished_work(run, fakes):
     fakes.fail_training_at = 3  # dies training control@1, after two (arm, seed) were read
     with pytest.raises(KeyboardInterrupt):
