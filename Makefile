@@ -73,8 +73,8 @@ browser:
 	  fi; }
 
 # `make demo`: the cpu-quick preset (the demo recipe, less RL and a smaller test set) into
-# runs/demo; `make demo-full`: cpu-tiny, the whole measured recipe (over two hours on 2 cores at
-# issue 57's RL budget). DEMO_FLAGS=--resume goes on with an interrupted one (`coa-lab demo --resume`).
+# runs/demo; `make demo-full`: cpu-tiny, the whole measured recipe (87 min of stages on a 2-core
+# bf16 draw at issue 57's recipe). DEMO_FLAGS=--resume goes on with an interrupted one (`coa-lab demo --resume`).
 DEMO_FLAGS ?=
 demo: setup
 	$(PY) -m coa_lab.cli demo $(DEMO_FLAGS)

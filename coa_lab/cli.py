@@ -1,7 +1,7 @@
 """`coa-lab` command line: one subcommand per stage.
 
     coa-lab demo                                 # every stage, cpu-quick, into runs/demo
-    coa-lab demo --preset cpu-tiny --run runs/demo-full   # the whole measured recipe (2+ h on 2 cores)
+    coa-lab demo --preset cpu-tiny --run runs/demo-full   # the whole measured recipe (~1.5 h on 2 cores)
     coa-lab demo --run runs/demo-full --resume   # an interrupted demo: finished stages kept, the rest goes on
     coa-lab capture --preset cpu-smoke --run runs/try
     coa-lab sft --run runs/try --set sft.epochs=1
