@@ -9,7 +9,9 @@ as tests/e2e/test_notebooks.py does), in order, with one shared COA_LAB_RUNS, so
 the one before it wrote (02 distils 01's capture, 03 trains on 02's trajectories, ...). Each lesson
 saves its figures under runs/nbNN/figures (coa_lab/lessons/inputs.lesson_figures), so the committed
 notebooks/figures/ (which the notebooks' text describes) stay as they are; run with
-COA_LAB_REFERENCE_FIGURES=1 to refresh those, together with the prose that quotes them. `--keep DIR`
+COA_LAB_REFERENCE_FIGURES=1 to refresh those, together with the prose that quotes them (`python -m coa_lab.published
+05_cost.json notebooks/*.ipynb README.md docs/*.md` restates every figure linked into one file; the words around
+them are yours to reread). `--keep DIR`
 keeps the scratch folder (its runs/, figures included) for a look. The matmul probe is taken before and after: a lesson's time
 means little without it.
 """

@@ -186,13 +186,30 @@ def refresh_figures(text: str, result: str, base: Path = PROJECT_ROOT) -> tuple[
     return LINK.sub(one, text), left
 
 
-if __name__ == "__main__":  # python -m coa_lab.published demo_cpu-quick.json README.md docs/design.md ...
+def refresh_page(page: Path, result: str) -> list[str]:
+    """Restate in place the figures `page` links into `result`: a Markdown page whole, a notebook in its
+    markdown cells only (its code is never touched); what could not be restated. Why a notebook too: a
+    lesson's full run (COA_LAB_REFERENCE_FIGURES=1) rewrites notebooks/figures/*.json under its text."""
+    raw = page.read_text()
+    if page.suffix != ".ipynb":
+        new, left = refresh_figures(raw, result, page.resolve().parent)
+        page.write_text(new)
+        return left
+    notebook, left = json.loads(raw), []
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown":
+            new, missed = refresh_figures("".join(cell["source"]), result, page.resolve().parent)
+            cell["source"], left = new.splitlines(keepends=True), left + missed
+    # nbformat's own layout (indent 1, unicode kept), so the diff shows only the restated figures
+    page.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + ("\n" if raw.endswith("\n") else ""))
+    return left
+
+
+if __name__ == "__main__":  # python -m coa_lab.published 05_cost.json notebooks/05_evaluation.ipynb README.md ...
     import sys
 
     name, pages = sys.argv[1], [Path(p) for p in sys.argv[2:]]
     for page in pages:
-        new, left = refresh_figures(page.read_text(), name, page.resolve().parent)
-        page.write_text(new)
-        for problem in left:
+        for problem in refresh_page(page, name):
             print(f"{page}: {problem}")
         print(f"{page}: figures from {name} restated")

@@ -227,3 +227,22 @@ def test_a_republished_files_figures_are_restated_in_their_own_style(tmp_path):
     assert left == ['[cpu-quick](docs/results/d.json \'name\'): not restated']  # text is not restated: said so
     n, problems = check_figures(new.replace("[cpu-quick]", "[cpu-tiny]"), tmp_path)
     assert n == 6 and len(problems) == 1 and problems[0].startswith("[0.5](docs/results/other.json): cannot read")
+
+
+def test_a_notebooks_figures_are_restated_in_its_markdown_only(tmp_path):
+    """A lesson's full run rewrites notebooks/figures/*.json; its markdown cells follow, its code cells do not."""
+    from coa_lab.published import refresh_page
+
+    figures = tmp_path / "notebooks" / "figures"
+    figures.mkdir(parents=True)
+    (figures / "f.json").write_text(json.dumps({"data": {"acc": 0.4583}}))
+    link = '[0.29](figures/f.json "data.acc")'
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": [f"Accuracy {link}\n", "next line"]},
+             {"cell_type": "code", "metadata": {}, "source": [f"# {link}"], "outputs": [], "execution_count": None}]
+    page = tmp_path / "notebooks" / "n.ipynb"
+    page.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n")
+    assert refresh_page(page, "f.json") == []
+    restated = json.loads(page.read_text())["cells"]
+    assert restated[0]["source"] == ['Accuracy [0.46](figures/f.json "data.acc")\n', "next line"]
+    assert restated[1]["source"] == [f"# {link}"]  # code is never rewritten
+    assert check_figures("".join(restated[0]["source"]), page.parent) == (1, [])
