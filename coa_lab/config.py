@@ -233,7 +233,8 @@ def _gpu_3b_qlora() -> Preset:
         # vLLM's 16-bit copy and 2.5 GiB of KV fit beside the trainer in 24 GiB; 8 turns hold GSM8K / HotpotQA runs
         gen=GenerationConfig(backend="auto", max_new_tokens=1024, max_turns=8,
                              max_response_tokens=1536, batch_size=256, kv_budget_gib=2.5, observation_chars=1500),
-        capture=CaptureConfig(tasks={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, multi_hop_tasks={}, max_hops=6,
+        # the shipped train splits hold 500 GSM8K and 400 HotpotQA: capture takes what RL's pool leaves
+        capture=CaptureConfig(tasks={"math/gsm8k": 380, "mhqa/hotpotqa": 320}, multi_hop_tasks={}, max_hops=6,
                               teacher_max_new_tokens=1024),
         distill=DistillConfig(imported_per_suite=250, imported_sources=IMPORTED_SOURCES, max_tool_calls=8,
                               max_trajectory_tokens=2048),
@@ -270,24 +271,28 @@ def _colab_t4() -> Preset:
 
 
 def _multinode_32b() -> Preset:
-    """Many nodes: the paper's full 32B fine-tune for SFT under `accelerate launch` with DeepSpeed
-    ZeRO-3 (configs/zero3.yaml); RL as a LoRA on that model, data parallel, sampling from a
-    separate `vllm serve` node with tensor parallelism (configs/slurm/multinode_32b.sbatch;
-    docs/scaling.md). Full-parameter RL is not supported (no weight broadcast into vLLM)."""
+    """Nodes of eight H100s: the paper's full 32B fine-tune for SFT under `accelerate launch` with
+    DeepSpeed ZeRO-3 (configs/zero3.yaml) over two training nodes; RL as a rank-64 LoRA on that model
+    loaded in 4 bits (a bf16 replica per GPU is 61 GiB), data parallel, sampling from a separate
+    `vllm serve` node with tensor parallelism (configs/slurm/multinode_32b.sbatch sets both; docs/scaling.md).
+    Trajectories up to 6k tokens, the paper's cutoff for its search-and-math runs being 5k: at its 32k
+    cutoff one sequence's logits and activations alone exceed a card (planning/preset_check.py checks
+    the fit). Full-parameter RL is not supported (no weight broadcast into vLLM)."""
     return Preset(
         name="multinode-32b",
         model=ModelConfig(name="Qwen/Qwen2.5-32B-Instruct", dtype="bfloat16", lora_r=0, gradient_checkpointing=True),
         # rollouts from a `vllm serve` node (configs/slurm/multinode_32b.sbatch sets server_url); RL: model.lora_r=64
         gen=GenerationConfig(backend="vllm-server", max_new_tokens=4096, max_turns=25,
-                             max_response_tokens=30000, batch_size=512, observation_chars=1500),
-        capture=CaptureConfig(tasks={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, multi_hop_tasks={}, max_hops=12,
+                             max_response_tokens=6144, batch_size=512, observation_chars=1500),
+        # the shipped train splits (500 GSM8K, 400 HotpotQA) shared between capture and RL's pool, disjoint
+        capture=CaptureConfig(tasks={"math/gsm8k": 300, "mhqa/hotpotqa": 240}, multi_hop_tasks={}, max_hops=12,
                               teacher_max_new_tokens=4096),
         distill=DistillConfig(imported_per_suite=0, imported_sources=IMPORTED_SOURCES, max_tool_calls=8,
-                              max_trajectory_tokens=32768),
-        sft=SFTConfig(epochs=3, learning_rate=2e-5, batch_size=1, grad_accum=16, max_length=32768, warmup_ratio=0.03),
+                              max_trajectory_tokens=6144),
+        sft=SFTConfig(epochs=3, learning_rate=2e-5, batch_size=1, grad_accum=16, max_length=8192, warmup_ratio=0.03),
         rl=RLConfig(steps=300, prompts_per_step=64, group_size=8, learning_rate=1e-6, sft_coef=0.0, mini_batches=8,
-                    max_sampling_rounds=8, overlong_buffer=4096, temperature=1.0, pool_samples=8,
-                    pool={"math/gsm8k": 500, "mhqa/hotpotqa": 400}, pool_min_pass=0.1, pool_max_pass=0.9),
+                    max_sampling_rounds=8, overlong_buffer=1024, temperature=1.0, pool_samples=8,
+                    pool={"math/gsm8k": 200, "mhqa/hotpotqa": 160}, pool_min_pass=0.1, pool_max_pass=0.9),
         eval=EvalConfig(tasks={"math/gsm8k": 200, "mhqa/hotpotqa": 200, "mhqa/2wiki": 200, "math/math500": 500,
                                "math/aime24": 30}, headline=("math/gsm8k", "mhqa/hotpotqa"), samples=16,
                         temperature=0.6, val_tasks={}),

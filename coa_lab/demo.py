@@ -13,6 +13,7 @@ from pathlib import Path
 from coa_lab import pipeline
 from coa_lab.config import Preset
 from coa_lab.machine import machine_peak
+from coa_lab.recipe_check import require_runnable
 from coa_lab.report import publish_run, write_report, write_summary
 
 # where each stage leaves its summary: written last, so a stage whose summary exists has finished
@@ -64,6 +65,8 @@ def run_all(preset: Preset, run: Path, log=print, resume: bool = False) -> dict:
     from its partial work; every later stage runs afresh. A resumed run's time is then the sum of its
     stages' own seconds (wall time would count the gap between starts), and timing.json says so."""
     run = Path(run)
+    # seconds now rather than after capture and SFT: a pool the train split cannot fill, a missing file
+    require_runnable(preset)
     run.mkdir(parents=True, exist_ok=True)
     pipeline.write_json(run / "preset.json", preset.to_dict())
     # probed at the start and at the end: on a shared machine the peak drifts within an hour

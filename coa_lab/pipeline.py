@@ -40,8 +40,8 @@ from coa_lab.protocol import PROFILE_TOOLS
 from coa_lab.rl.checkpoint import latest_rl_checkpoint
 from coa_lab.rl.pool import PoolReport, select_pool
 from coa_lab.rl.trainer import rl_seed, train_rl
+from coa_lab.tasks.draws import draw_tasks
 from coa_lab.tasks.records import Task
-from coa_lab.tasks.suites import load_suite
 from coa_lab.tools.registry import build_tools
 from coa_lab.training.sft import train_sft
 from coa_lab.trajectories import TrajectoryRecord, load_records, save_records
@@ -58,23 +58,6 @@ def _read_json(path: Path):
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run the stage that writes it first (see `coa-lab --help`)")
     return json.loads(path.read_text())
-
-
-def draw_tasks(preset: Preset, mix: dict[str, int], split: str, skip: dict[str, int] | None = None,
-               from_end: bool = False) -> list:
-    """Tasks for a mix {"suite/benchmark": n} from a split, each benchmark in a seeded order;
-    `skip` = the same kind of mix, tasks already used by an earlier stage (capture before RL);
-    `from_end`: from the far end of that order (the capture's multi-hop share)."""
-    out = []
-    for key, n in mix.items():
-        suite, _, benchmark = key.partition("/")
-        tasks = load_suite(suite, split, benchmark=benchmark or None)
-        random.Random(preset.seed).shuffle(tasks)
-        if from_end:
-            tasks.reverse()
-        offset = (skip or {}).get(key, 0)
-        out.extend(tasks[offset : offset + n])
-    return out
 
 
 def multi_hop_tasks(preset: Preset) -> list:
@@ -110,15 +93,23 @@ def _in_process_engine(preset: Preset) -> bool:
 
 def _engine_share(preset: Preset) -> Preset:
     """RL: gen.vllm_memory_fraction for an engine beside the trainer (engine_share.with_engine_share:
-    the numbers `coa-lab plan` shows)."""
-    return engine_share.with_engine_share(preset) if _in_process_engine(preset) else preset
+    the numbers `coa-lab plan` shows); on vLLM's CPU build, which has no card to share, the KV cache
+    of the rows gen.kv_budget_gib holds (engine_share.size_cpu_engine)."""
+    if not _in_process_engine(preset):
+        return preset
+    engine_share.size_cpu_engine(preset, alone=False)
+    return engine_share.with_engine_share(preset)
 
 
 def _engine_alone(preset: Preset, model_name: str | None = None) -> Preset:
     """Capture and evaluation: gen.vllm_memory_fraction for an engine with the card to itself
     (engine_share.with_engine_alone), no trainer beside it, so it decodes several times RL's rows
-    at once. model_name: the engine's model where not the preset's (a local teacher)."""
-    return engine_share.with_engine_alone(preset, model_name) if _in_process_engine(preset) else preset
+    at once; on vLLM's CPU build the KV cache of gen.batch_size rows (engine_share.size_cpu_engine).
+    model_name: the engine's model where not the preset's (a local teacher)."""
+    if not _in_process_engine(preset):
+        return preset
+    engine_share.size_cpu_engine(preset, alone=True, model_name=model_name)
+    return engine_share.with_engine_alone(preset, model_name)
 
 
 def _free_the_card() -> None:

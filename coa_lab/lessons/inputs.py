@@ -11,7 +11,6 @@ quickly rebuilt fallback, so every lesson can be opened on its own.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from pathlib import Path
 from coa_lab import pipeline
 from coa_lab.config import Preset
 from coa_lab.paths import DATASETS_DIR, PROJECT_ROOT, runs_dir
+from coa_lab.planning.shrunk import smoke_counts
 from coa_lab.published import figure
 from coa_lab.training.sft import train_sft
 from coa_lab.trajectories import load_records
@@ -67,24 +67,10 @@ def sft_adapter(preset: Preset) -> Path:
 def smoke_sized(preset: Preset) -> Preset:
     """A lesson's smoke mode (COA_LAB_SMOKE=1) for any preset: the preset's model, precision, backend
     and recipe, with its counts cut to cpu-smoke's (2 tasks a family, 1 SFT epoch, 1 RL step of
-    2 x 2, no refill draws). cpu-smoke comes back as it is; a GPU preset (`PRESET = "gpu-smoke"`)
+    2 x 2, no refill draws: coa_lab.planning.shrunk.smoke_counts, the first step of the rule every
+    preset's CPU run follows). cpu-smoke comes back as it is; a GPU preset (`PRESET = "gpu-smoke"`)
     then takes each lesson's full-run code path at cpu-smoke's size (tests/lessons/test_gpu_preset.py)."""
-    smoke = 2
-
-    def cut(mix: dict[str, int], n: int = smoke) -> dict[str, int]:
-        return {k: min(v, n) for k, v in mix.items()}
-
-    c, r, e = preset.capture, preset.rl, preset.eval
-    return dataclasses.replace(
-        preset,
-        capture=dataclasses.replace(c, tasks=cut(c.tasks), multi_hop_tasks=cut(c.multi_hop_tasks, 1)),
-        distill=dataclasses.replace(preset.distill, imported_per_suite=min(preset.distill.imported_per_suite, smoke)),
-        sft=dataclasses.replace(preset.sft, epochs=1),
-        rl=dataclasses.replace(r, steps=1, prompts_per_step=min(r.prompts_per_step, smoke),
-                               group_size=min(r.group_size, smoke), max_sampling_rounds=0, pool=cut(r.pool),
-                               pool_samples=min(r.pool_samples, smoke)),
-        eval=dataclasses.replace(e, tasks=cut(e.tasks), val_tasks=cut(e.val_tasks, 1), samples=min(e.samples, smoke)),
-    )
+    return smoke_counts(preset)
 
 
 def rl_adapter() -> Path | None:

@@ -13,8 +13,17 @@ from coa_lab.generation.engine_share import IN_PROCESS_ENGINE, MEMORY_MARGIN
 from coa_lab.generation.model_shape import ModelShape, shape_of
 from coa_lab.paths import PROJECT_ROOT
 from coa_lab.planning.memory_plan import fit_verdict, params_of, plan, rl_on_one_card, weight_bytes
-from coa_lab.planning.step_time import (BANDWIDTH_EFFICIENCY, SFT_MFU, UPDATE_MFU, GPUSpec, decode_seconds,
-                                        gpu_spec, step_time, update_seconds)
+from coa_lab.planning.step_time import (
+    BANDWIDTH_EFFICIENCY,
+    SFT_MFU,
+    UPDATE_MFU,
+    GPUSpec,
+    decode_seconds,
+    gpu_spec,
+    step_time,
+    update_seconds,
+)
+from coa_lab.recipe_check import data_problems
 from coa_lab.training.lm_head import CHUNK
 
 # --- calibration against the real GPU runs ---------------------------------------------------
@@ -167,6 +176,8 @@ def planner_report(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", s
                  # RL with vLLM in the same process: trainer and sampler on one card at once
                  **rl_on_one_card(memory, spec.memory_gib)},
         "time": times.to_dict(),
+        # whether the recipe's data feeds every stage (pools, splits, files): recipe_check.data_problems
+        "recipe_problems": data_problems(preset),
     }
 
 
@@ -262,4 +273,7 @@ def format_report(r: dict) -> str:
         f"  old-log-prob forward over {a['old_logprob_fraction']:.2f} of the rollouts; one sampling round, "
         "no anchors; see docs/scaling.md",
     ]
+    problems = r.get("recipe_problems") or []
+    lines += ["", "the recipe's data: " + ("every stage's draw is full and disjoint" if not problems else
+                                          "CANNOT RUN as written"), *(f"  - {p}" for p in problems)]
     return "\n".join(lines)

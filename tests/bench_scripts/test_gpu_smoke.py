@@ -1,12 +1,76 @@
-"""The gpu-smoke preset (the embedded model on one GPU) and what turns its GPU run into a result file."""
+"""The gpu-smoke preset (the embedded model on one GPU), the script that runs it on a lent GPU
+(benchmarks/gpu_smoke.sh) and what turns its GPU run into a result file."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 from conftest import import_benchmark
 
 from coa_lab.config import get_preset
+
+ROOT = Path(__file__).resolve().parents[2]
+# a stand-in for Python that records each call's arguments; a demo call leaves the SFT adapter and
+# pool screening the arms need, so the script goes on to them (nothing is trained)
+STUB_PYTHON = """#!/usr/bin/env bash
+{ echo CALL; printf '%s\\n' "$@"; } >> "$STUB_LOG"
+if [ "$1" = - ]; then cat > /dev/null; exit 0; fi
+if [ "$3" = demo ]; then
+  while [ $# -gt 0 ]; do
+    if [ "$1" = --run ]; then mkdir -p "$2/sft/adapter" "$2/rl" && echo '{}' > "$2/rl/pool.json"; fi
+    shift
+  done
+fi
+"""
+
+
+def _gpu_smoke_calls(tmp_path, **env) -> list[list[str]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    stub = tmp_path / "python"
+    stub.write_text(STUB_PYTHON)
+    stub.chmod(0o755)
+    log = tmp_path / "calls.txt"
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_smoke.sh"), "0"], cwd=ROOT,
+                          env={**os.environ, "PYTHON": str(stub), "STUB_LOG": str(log), "OUT": str(tmp_path / "out"),
+                               "COA_LAB_RUNS": str(tmp_path / "runs"), **env},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    calls = [c.strip("\n").split("\n") for c in log.read_text().split("CALL\n") if c.strip()]
+    return [c for c in calls if c[0] == "-m"]  # the module runs (not the inline checks read from stdin)
+
+
+def _sets(args: list[str]) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+
+
+def test_gpu_smoke_script_passes_set_overrides_and_runs_the_recipes_arms(tmp_path):
+    """SET reaches `coa-lab demo` and the arms alike, and the arms are the recipe's `rl` against its control
+    (the names the arms benchmark knows, with settings the preset takes)."""
+    from benchmarks import rl_arms
+    from benchmarks.bench_rl_seeds import _parser
+    from coa_lab.cli import _parser as cli_parser
+    from coa_lab.field_types import parse_overrides
+
+    demo, arms = _gpu_smoke_calls(tmp_path, SET="gen.batch_size=64 rl.steps=2")
+    runs = tmp_path / "runs"
+    assert demo[:3] == ["-m", "coa_lab.cli", "demo"]
+    parsed = cli_parser().parse_args(demo[2:])
+    assert parsed.preset == "gpu-smoke" and parsed.run == runs / "gpu-smoke"
+    assert parsed.set == ["gen.batch_size=64", "rl.steps=2"] == _sets(arms)
+    preset = get_preset(parsed.preset, **parse_overrides(parsed.set))
+    assert preset.gen.batch_size == 64 and preset.rl.steps == 2
+    assert arms[:2] == ["-m", "benchmarks.bench_rl_seeds"]
+    bench = _parser().parse_args(arms[2:])
+    assert bench.arms == ["control", "rl"] and set(bench.arms) <= set(rl_arms.ARMS)
+    assert bench.sft_adapter == runs / "gpu-smoke" / "sft" / "adapter"
+    assert bench.pool_from == runs / "gpu-smoke" / "rl" / "pool.json" and bench.split == "val"
+    rl_arms.sft_mixing(bench.arms)  # every arm known (an unknown one is refused here)
+    # no SET: no --set at all (an empty one would be refused by the parser)
+    demo, arms = _gpu_smoke_calls(tmp_path / "bare")
+    assert "--set" not in demo and "--set" not in arms and "rl+ptx" not in arms
 
 
 def test_gpu_smoke_is_cpu_tinys_recipe_with_larger_steps():

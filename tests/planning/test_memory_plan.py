@@ -83,7 +83,7 @@ def test_sharding_divides_what_zero_shards():
     assert eight.activations_gib == one.activations_gib
     # logits are per GPU too; sharded (ZeRO-3 over 8) keeps the unchunked head, one GPU chunks it
     assert eight.logits_gib == plan(full, 16).logits_gib == plan(full, 8, logits_chunk=None).logits_gib
-    assert one.logits_gib < eight.logits_gib / 10
+    assert one.logits_gib * 4 < eight.logits_gib  # one 8k sequence: 8 chunks of 1,024 positions, unchunked
     lora = get_preset("gpu-3b-qlora")
     a, b = plan(lora, 1), plan(lora, 4)
     assert b.weights_gib == a.weights_gib  # the frozen base is replicated
@@ -190,7 +190,7 @@ def test_the_schedule_adds_sft_screening_and_rl_and_the_one_gpu_preset_fits_an_a
 
     preset = get_preset("gpu-3b-qlora")
     t = step_time(preset, gpu="L4")
-    assert t.sft_examples == sft_examples(preset) == 900 + 2 * 250  # every capture kept + imported per suite
+    assert t.sft_examples == sft_examples(preset) == 700 + 2 * 250  # every capture kept + imported per suite
     assert t.sft_example_tokens == min(preset.sft.max_length, 512 + 0.5 * preset.distill.max_trajectory_tokens)
     assert t.sft_run_hours * 3600 == pytest.approx(
         preset.sft.epochs * t.sft_examples * t.sft_example_tokens / t.sft_tokens_per_s)

@@ -301,9 +301,9 @@ def test_capture_and_evaluation_are_priced_at_the_rows_the_engine_alone_holds():
     hf = step_time(hf_preset, gpu="L4")
     assert (hf.eval_rows, hf.capture_rows, hf.engine_alone_share) == (35, 35, None)
     assert plan(hf_preset).rollout_batch == 35
-    # the capture's 900 tasks x 21 agent calls (6 hops), at 154 rows where RL's 35 took more than twice as long
+    # the capture's 700 tasks x 21 agent calls (6 hops), at 154 rows where RL's 35 took more than twice as long
     auto, l4 = step_time(preset, gpu="L4"), gpu_spec("L4")
-    alone, shared = (decode_seconds(preset, shape, 900 * 21, 512, 1024, 1, l4, rows=rows)[0] for rows in (154, None))
+    alone, shared = (decode_seconds(preset, shape, 700 * 21, 512, 1024, 1, l4, rows=rows)[0] for rows in (154, None))
     assert auto.capture_hours * 3600 == pytest.approx(alone) and alone < shared / 2
     # bounded by gen.batch_size: an H200 holds all 256 rows at a share well under the cap
     h200 = step_time(preset, gpu="H200")

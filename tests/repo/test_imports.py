@@ -37,6 +37,12 @@ LATE: dict[tuple[str, str], str] = {
     ("cli.py", "coa_lab.planning.memory_plan"): CLI_COMMAND,
     ("planning/plan_report.py", "coa_lab.rl.update"):
         "rl.update imports torch; `coa-lab plan` runs without it (only --calibration reads MICRO_BATCH)",
+    ("generation/engine_share.py", "coa_lab.generation.models"):
+        "models imports torch; `coa-lab plan` reads engine_share's shares without it",
+    ("generation/engine_share.py", "coa_lab.generation.llm"):
+        "llm imports the backends and torch; `coa-lab plan` reads engine_share without them",
+    ("generation/engine_share.py", "coa_lab.generation.vllm_engine"):
+        "vllm_engine imports torch (and reads engine_share): sizing a CPU engine is the stages' step only",
     ("tasks/scorers.py", "coa_lab.tasks.code_tests"):
         "code tests bring the tools package (sandbox, bm25s, numpy: ~0.25 s); scoring text stays without it",
 }

@@ -20,7 +20,8 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("a model's building blocks: training math, the student's rollout loop, the teacher's capture",
      {"machine", "training", "student_rollout", "capture"}),
     ("the stages that learn and measure", {"distill", "rl", "evaluate"}),
-    ("running and planning stages", {"pipeline", "demo", "planning", "report", "comparison", "rl_against_control", "rl_arms"}),
+    ("running and planning stages",
+     {"pipeline", "demo", "planning", "recipe_check", "report", "comparison", "rl_against_control", "rl_arms"}),
     ("front doors: the CLI, the server, the notebooks' helpers, figures", {"cli", "serve", "lessons", "viz"}),
 ]
 
