@@ -40,7 +40,7 @@ def _coa_lab(*args: str, env: dict) -> None:
 
 
 def test_multinode_32b_runs_its_sbatch_script_shrunk(tmp_path):
-    """Capture and distill on one node (the script's header), then configs/slurm/multinode_32b.sbatch itself
+    """Capture and distill on one node (the script's header; its teacher through the lab's decoder), then configs/slurm/multinode_32b.sbatch itself
     under srun/scontrol/sbatch shims on loopback (tests/e2e/slurm_shims.py): ZeRO-3 full fine-tune on two
     training "nodes" of one rank each (FSDP2 where DeepSpeed is not installed; the engine applied on CPU
     ranks as in test_multinode_engines.py), vLLM's CPU build serving the SFT model, RL as a LoRA sampling
@@ -53,13 +53,16 @@ def test_multinode_32b_runs_its_sbatch_script_shrunk(tmp_path):
     require_runnable(preset)
     run, sets = tmp_path / "32b", [a for item in set_overrides(preset) for a in ("--set", item)]
     env = {**os.environ, "TQDM_DISABLE": "1", "CUDA_VISIBLE_DEVICES": ""}
-    _coa_lab("capture", "--preset", full.name, "--run", str(run), *sets, env=env)
-    _coa_lab("distill", "--preset", full.name, "--run", str(run), *sets, env=env)
+    # one node's capture: the recipe names a teacher endpoint (capture.teacher_url); here the local teacher
+    # decodes with the lab's decoder, as the preset's own backend is a server that SFT has yet to make
+    one_node = [*sets, "--set", "gen.backend=hf"]
+    _coa_lab("capture", "--preset", full.name, "--run", str(run), *one_node, env=env)
+    _coa_lab("distill", "--preset", full.name, "--run", str(run), *one_node, env=env)
 
     bin_dir = slurm_shims.install(tmp_path / "bin")
     env.update({
         "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "RUN": str(run), "PRESET": full.name, "SET": " ".join(sets), "RL_SET": "",
+        "RUN": str(run), "PRESET": full.name, "SET": " ".join(one_node), "RL_SET": "",
         "GPUS_PER_NODE": "1", "TP": "1", "MAX_MODEL_LEN": "2048", "PORT": str(free_port()),
         "MASTER_PORT": str(free_port()),
         "SFT_CONFIG": "configs/zero3.yaml" if importlib.util.find_spec("deepspeed") else "configs/fsdp.yaml",
