@@ -9,7 +9,9 @@ The rule, applied to any preset:
 2. sizes: no length, batch, turn or hop above cpu-smoke's (`CPU_CAPS`); accumulation, mini-batches and
    the KV budget keep their role, at most 2 of each;
 3. the model: the embedded SmolLM2-135M (the hub is out of reach) in the preset's dtype, LoRA rank and
-   full-or-LoRA choice; the preset's teacher model likewise;
+   full-or-LoRA choice; the preset's teacher model likewise. bf16 stays bf16 where this CPU computes it
+   natively (models.cpu_bf16_is_fast) and becomes fp32 where it only emulates it (~150x slower on an
+   AVX2-only CPU), as a GPU without bf16 units stands in fp16 (models.effective_dtype);
 4. engines: the same choice resolved as on a GPU machine with the same packages: `auto` is vLLM where
    vLLM is installed (its CPU build here), else the lab's decoder; `vllm` and `vllm-server` stay. Two
    engines exist only on CUDA and are swapped for the path they wrap: 4-bit weights (bitsandbytes NF4)
@@ -26,6 +28,7 @@ import importlib.util
 import json
 
 from coa_lab.config import EMBEDDED_MODEL, Preset, get_preset
+from coa_lab.generation.models import cpu_bf16_is_fast
 
 SMOKE = 2  # tasks per benchmark of a mix; rows of RL's step; samples
 # cpu-smoke's sizes: the ceiling for every preset's token budgets, batches, turns and hops
@@ -76,7 +79,8 @@ def cpu_sized(preset: Preset) -> Preset:
     teacher = None if c.teacher_model is None else EMBEDDED_MODEL
     return dataclasses.replace(
         p,
-        model=dataclasses.replace(m, name=EMBEDDED_MODEL, load_in_4bit=False, use_unsloth=False),
+        model=dataclasses.replace(m, name=EMBEDDED_MODEL, load_in_4bit=False, use_unsloth=False,
+                                  dtype="float32" if m.dtype == "bfloat16" and not cpu_bf16_is_fast() else m.dtype),
         gen=dataclasses.replace(g, backend=resolved_backend(g.backend),
                                 max_new_tokens=min(g.max_new_tokens, caps["max_new_tokens"]), max_turns=min(g.max_turns, caps["max_turns"]),
                                 max_response_tokens=min(g.max_response_tokens, caps["max_response_tokens"]),

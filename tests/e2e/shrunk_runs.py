@@ -48,7 +48,8 @@ def run_demo_shrunk(name: str, tmp_path: Path) -> dict:
     # the preset's settings, not the lab's defaults, are what ran
     saved = json.loads((run / "preset.json").read_text())
     assert saved["rl"]["learning_rate"] == full.rl.learning_rate and saved["gen"]["backend"] == preset.gen.backend
-    assert saved["model"]["lora_r"] == full.model.lora_r and saved["model"]["dtype"] == full.model.dtype
+    assert saved["model"]["lora_r"] == full.model.lora_r and saved["model"]["dtype"] == preset.model.dtype
+    assert preset.model.dtype == full.model.dtype or (full.model.dtype, preset.model.dtype) == ("bfloat16", "float32")
     swapped = dropped_engines(full)
     assert swapped == (["bitsandbytes 4-bit"] if name == "colab-t4" else
                        ["bitsandbytes 4-bit", "unsloth"] if name == "gpu-3b-qlora" else [])
