@@ -39,7 +39,6 @@ def _coa_lab(*args: str, env: dict) -> None:
     assert done.returncode == 0, (args[0], done.stdout[-2000:], done.stderr[-4000:])
 
 
-@pytest.mark.slow  # not yet seen to pass whole here: the session ran out before its run finished
 def test_multinode_32b_runs_its_sbatch_script_shrunk(tmp_path):
     """Capture and distill on one node (the script's header; its teacher through the lab's decoder), then configs/slurm/multinode_32b.sbatch itself
     under srun/scontrol/sbatch shims on loopback (tests/e2e/slurm_shims.py): ZeRO-3 full fine-tune on two
