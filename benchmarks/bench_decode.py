@@ -27,7 +27,7 @@ tokens (EOS does not end a row in either system, so both decode the same full ba
     casting every weight from fp32 again at every step, as it did before that fix.
 The weights are frozen, as evaluation (an adapter loaded for inference) and RL's sampler (LoRA
 on a frozen base) hold them: autocast keeps its cast only of weights that require grad.
-Targets (issue 27): >= 2.5x `generate` at batch 36; a decode step at batch >= 36 at >= 40% of
+Targets: >= 2.5x `generate` at batch 36; a decode step at batch >= 36 at >= 40% of
 the measured peak. `--profile` adds the top operators of a batch-36 decode step.
 """
 

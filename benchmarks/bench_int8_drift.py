@@ -1,4 +1,4 @@
-"""How far int8 rollouts move the policy (issue 27, `rl.rollout_int8`): the total variation
+"""How far int8 rollouts move the policy (`rl.rollout_int8`): the total variation
 between the next-token distributions of the fp32 model and its int8 copy (rl/int8_rollouts.py:
 torch dynamic int8, fbgemm), on the chat prompts of real training questions, at the RL sampling
 temperature. 0 is the same policy, 1 disjoint ones; the switch stays off while this is large.

@@ -1,4 +1,5 @@
-"""Peak memory of the LM head's part of a training step, before and after chunking (issue 28).
+"""Peak memory of the LM head's part of a training step, before and after chunking
+(coa_lab/training/lm_head.py, 2026-11-26).
 
 Run:  python -m benchmarks.bench_lm_head_memory [--lengths 2048 4096] [--vocab 151936]
 Writes runs/bench/lm_head_memory.json (under COA_LAB_RUNS if set).
@@ -8,7 +9,7 @@ The model: a random-weight Llama with Qwen2.5's vocabulary (151,936) and a small
 (docs/scaling.md), while the step stays cheap on a CPU. For each length, four arms, each in a
 fresh process (ru_maxrss is a high-water mark): the SFT loss + backward and RL's token
 log-probs + backward, each unchunked (one [L, V] logits tensor, the lab's computation before
-issue 28) and chunked (coa_lab/training/lm_head.py, what sft.masked_lm_loss and training/logprobs.token_logprobs
+the chunked head) and chunked (coa_lab/training/lm_head.py, what sft.masked_lm_loss and training/logprobs.token_logprobs
 now run). Reported: the step's peak above the process's resident size before it (MiB), and the
 ratio. The loss values of the two paths are printed side by side (they agree to fp32 rounding;
 tests/training/test_lm_head.py checks values and gradients).
@@ -49,7 +50,7 @@ def arm(kind: str, chunked: bool, length: int, vocab: int) -> dict:
             loss = masked_lm_loss(model, {"input_ids": ids, "attention_mask": attention, "labels": labels})
         else:
             loss = -token_logprobs(model, ids, attention, start=prompt, temperature=0.8)[:, prompt:].mean()
-    else:  # the pre-issue-28 computation: the LM head on every needed position at once
+    else:  # the unchunked computation: the LM head on every needed position at once
         logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=length - prompt + 1).logits[:, :-1]
         if kind == "sft":
             loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels[:, prompt:],

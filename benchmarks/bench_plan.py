@@ -1,4 +1,4 @@
-"""The one-GPU recipe as the planner sizes it (issue 28): `coa-lab plan --preset gpu-3b-qlora
+"""The one-GPU recipe as the planner sizes it: `coa-lab plan --preset gpu-3b-qlora
 --gpu L4` as a result file, so the README's memory and time figures for that recipe are links
 into what the planner computes (coa_lab/planning), not typed by hand. An estimate, not a
 measurement: docs/gpu-validation.md and `coa-lab plan --calibration` hold how it compares with

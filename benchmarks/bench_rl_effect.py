@@ -8,6 +8,7 @@ Run (RUN holds distill/ and sft/adapter, e.g. the demo's run folder or bench_rl_
     python -m benchmarks.bench_rl_effect arms --run RUN --seeds 0 1 2 3 4 --split confirm --final  # control rft rl
     python -m benchmarks.bench_rl_effect save-state --run RUN    # outcomes -> benchmarks/state/rl_effect
     python -m benchmarks.bench_rl_effect publish                 # docs/results/rl_effect.json, from the state
+    python -m benchmarks.bench_rl_effect resummarize             # the state's tables recomputed, then publish
 
 Across sessions: `save-state` copies every stored outcome (scores, pools, tables; no weights) into
 benchmarks/state/rl_effect/, committed. A later session on another machine runs `converge` again
@@ -20,6 +21,10 @@ split is therefore read from its own start, rebuilt by the same protocol (conver
 every draw has, and kept WITH its weights (benchmarks/state/rl_effect/confirm_start/, ~20 MB):
 `arms --split confirm` on a fresh RUN restores that adapter instead of rebuilding it, so the arms of
 any later session pair with those of the first. Validation's settings, pool and budget still hold.
+Paths in the state and the published file are relative to the working folder the measurement ran from
+(the checkout whose runs/ holds RUN: runs/r57 for validation, runs/r58 for the confirmation), never
+absolute. `resummarize` recomputes every saved table from its per-task outcomes (no model), as a change
+to coa_lab/comparison.py's intervals needs.
 
 1. converge: the control arm (the SFT loss alone, RL's steps and rows, nothing sampled) from the SFT
    adapter, then from its result, and so on, each read greedy on validation; the start is the first
@@ -53,6 +58,8 @@ from pathlib import Path
 
 from benchmarks.results import save
 from coa_lab.machine import machine_peak
+from coa_lab.published import RESULTS_DIR
+from coa_lab.paths import from_portable, portable_path, portable_text
 
 VAL = {"math/arith": 160, "mhqa/lookup": 64}  # the arms' validation tasks (rl_arms.json's 224)
 POOL = {"math/arith": 150, "mhqa/lookup": 50}  # ~200 candidates, screened once, shared by every arm
@@ -71,7 +78,7 @@ CONFIRM_START = "confirm_start"  # under STATE: the confirmation's own start, we
 READINGS = Path(__file__).resolve().parents[1] / "docs" / "results" / "confirm_readings.jsonl"  # coa_lab's record
 KEPT = ("scores/*.json", "settings.json", "pool.json", "arms.json", "steps/*.jsonl", "base_preset.json",
         "trained_in.json")  # a step's outcomes, no weights
-# per step of every arm's run, what the issue asks to see: its own reward, ‖∇PG‖ beside ‖∇SFT‖, and how far the
+# per step of every arm's run, what the measurement needs to show: its own reward, ‖∇PG‖ beside ‖∇SFT‖, and how far the
 # weights moved (‖Δθ‖) against a drift's lr·N and a random walk's lr·√N
 STEP_FIELDS = ("step", "accuracy", "anchor_accuracy", "kept_groups", "sampled_groups", "revisit_reward", "loss",
                "grad_norm_pg", "grad_norm_sft", "delta_norm", "lr", "lr_x_n", "lr_x_sqrt_n", "clip_frac", "entropy")
@@ -118,7 +125,9 @@ def keep_readings(theirs: Path) -> None:
     if theirs.resolve() == ours.resolve() or not theirs.exists():
         return
     have = ours.read_text().splitlines() if ours.exists() else []
-    new = [row for row in theirs.read_text().splitlines() if row.strip() and row not in have]
+    home = theirs.resolve().parents[2]  # the checkout that made the reading: its paths, relative to it
+    rows = [portable_text(row, home) for row in theirs.read_text().splitlines() if row.strip()]
+    new = [row for row in rows if row not in have]
     if new:
         with ours.open("a") as fh:
             fh.write("".join(row + "\n" for row in new))
@@ -175,14 +184,13 @@ def converge(run: Path, min_gain: float, max_links: int) -> dict:
         out = base / f"link{k}"
         table = arms(out, start, ["control"], [0], CHAIN, samples=0)  # the built-in: the preset's SFT mix alone
         block = table["arms"]["control"]["greedy"]
-        links.append({"start": str(start), "start_greedy": table["sft"]["greedy"], "gain": block["mean"],
-                      "ci95": block["ci95"], "won": block["won"][0], "lost": block["lost"][0]})
+        links.append({"start": portable_path(start, Path.cwd()), **link_record(table)})
         print(f"link {k}: start {table['sft']['greedy']:.3f}, one more control run {100 * block['mean']:+.1f} "
               f"[{100 * block['ci95'][0]:+.1f}, {100 * block['ci95'][1]:+.1f}]", flush=True)
         if block["mean"] < min_gain:
             break
         start = out / "runs" / "control" / "seed0" / "rl" / "adapter"
-    state = {"start": str(start), "converged": links[-1]["gain"] < min_gain, "min_gain": min_gain,
+    state = {"start": portable_path(start, Path.cwd()), "converged": links[-1]["gain"] < min_gain, "min_gain": min_gain,
              "rule": "the first adapter from which one more control run (rl.pg_coef=0: the SFT loss on 8 rows "
                      "a step, 8 steps x 2 mini-batches at lr 1e-4) adds less than min_gain greedy on validation",
              "links": links}
@@ -190,11 +198,18 @@ def converge(run: Path, min_gain: float, max_links: int) -> dict:
     return state
 
 
+def link_record(table: dict) -> dict:
+    """What the start's record keeps of one link's arms.json: the start's greedy, one more control run's gain."""
+    block = table["arms"]["control"]["greedy"]
+    return {"start_greedy": table["sft"]["greedy"], "gain": block["mean"], "ci95": block["ci95"],
+            "won": block["won"][0], "lost": block["lost"][0]}
+
+
 def _start(run: Path) -> Path:
     state = run / "effect" / "start" / "start.json"
     if not state.exists():
         raise SystemExit(f"{state} is missing: run `converge` first")
-    return Path(json.loads(state.read_text())["start"])
+    return from_portable(json.loads(state.read_text())["start"], Path.cwd())
 
 
 def sha256(adapter: Path) -> str:
@@ -215,14 +230,15 @@ def step_logs(step_dir: Path) -> None:
 
 
 def _copy_outcomes(src: Path, dst: Path, patterns: tuple[str, ...]) -> None:
-    """The files under src matching `patterns` (outcomes), outside any runs/ folder (weights), into dst."""
+    """The files under src matching `patterns` (outcomes), outside any runs/ folder (weights), into dst; the
+    paths they hold relative to the working folder (portable_text): the state is committed and read elsewhere."""
     for pattern in patterns:
         for f in src.rglob(pattern.split("/")[-1]):
             rel = f.relative_to(src)
             if "runs" in rel.parts or not f.match(pattern):
                 continue
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(f, dst / rel)
+            (dst / rel).write_text(portable_text(f.read_text(), Path.cwd()))
 
 
 def save_state(run: Path) -> None:
@@ -284,7 +300,7 @@ def restore_confirm_start(run: Path) -> None:
             (home / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(saved / name, home / name)
     record = json.loads((saved / "start.json").read_text())
-    record.update(start=str(home / "rl" / "adapter"), restored_from=str(saved))
+    record.update(start=portable_path(home / "rl" / "adapter", Path.cwd()), restored_from=portable_path(saved))
     state.write_text(json.dumps(record, indent=1))
     print(f"the confirmation's start restored from {saved} (sha256 {sha256(home / 'rl' / 'adapter')[:12]})")
 
@@ -375,7 +391,7 @@ def rl_arm(name: str, rate: float, ptx: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("step", choices=["converge", "sweep", "arms", "publish", "save-state"])
+    ap.add_argument("step", choices=["converge", "sweep", "arms", "publish", "save-state", "resummarize"])
     ap.add_argument("--run", type=Path, help="the run folder (every step but publish, which reads the saved state)")
     ap.add_argument("--min-gain", type=float, default=0.01)
     ap.add_argument("--max-links", type=int, default=5)
@@ -388,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"arms: which to run (default: all four on val, the final ones on confirm: "
                          f"{' '.join(FINAL_ARMS)})")
     args = ap.parse_args(argv)
-    if args.run is None and args.step != "publish":
+    if args.run is None and args.step not in ("publish", "resummarize"):
         ap.error(f"{args.step} needs --run RUN")
     if args.step == "converge":
         converge(args.run, args.min_gain, args.max_links)
@@ -415,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
             reuse_val_adapters(args.run, args.rate, [s.split("=", 1)[0] for s in specs], args.seeds)
         arms(args.run / "effect" / args.split, _start(args.run), specs, args.seeds, BUDGET, samples=4,
              split=args.split, final=args.final, against="rft")
+    elif args.step == "resummarize":
+        resummarize()
     else:
         publish()
     return 0
@@ -485,13 +503,53 @@ def pool_summary(pool_json: Path) -> dict | None:
     return {k: p[k] for k in ("candidates", "samples", "rollouts", "kept", "histogram") if k in p}
 
 
-def publish(state: Path | None = None) -> None:
+PATHS = "relative to the working folder the measurement ran from (its runs/ holds RUN)"
+INTERVALS = ("ci95: 95% percentile bootstrap over seeds and tasks (coa_lab.comparison.bootstrap_seeds_tasks): "
+             "the tasks drawn once for every seed and side, each side's seeds drawn on their own; "
+             "with one seed, over tasks alone")
+
+
+def resummarize(state: Path | None = None) -> None:
+    """Every saved table (each arms.json under STATE) computed again from its stored per-task outcomes
+    (scores/*.json) by the code `coa-lab arms` writes it with (coa_lab.rl_arms.table.build: the intervals of
+    coa_lab/comparison.py), the converged starts' records from their links' tables, then publish: what a
+    change to the statistics does to the published figures, with no model and no training. A table's
+    other fields (settings, start, seconds) are kept."""
+    from coa_lab.rl_arms import table
+    from coa_lab.rl_arms.readout import write_atomic
+
+    state = state or STATE
+    for f in sorted(state.rglob("arms.json")):
+        if not (f.parent / "scores" / "sft.json").exists():
+            continue
+        old = json.loads(f.read_text())
+        sft, runs = table.load_scores(f.parent)
+        new = table.build(sft, runs, list(old["arms"]), old.get("against"), old["samples"])
+        merged = {k: new.get(k, old[k]) for k in old if k in new or "_minus_" not in k}
+        write_atomic(f, {**merged, **{k: v for k, v in new.items() if k not in merged}})
+        print(f"{f.relative_to(state)}: recomputed from {len(runs)} arm(s)' outcomes")
+    for record in (state / "start" / "start.json", state / CONFIRM_START / "start.json"):
+        if not record.exists():
+            continue
+        start = json.loads(record.read_text())
+        for k, link in enumerate(start.get("links", [])):
+            link_table = record.parent / f"link{k}" / "arms.json"
+            if link_table.exists():
+                link.update(link_record(json.loads(link_table.read_text())))
+        record.write_text(json.dumps(start, indent=1))
+    # the outcomes were measured on the machine the published file names: no model ran here
+    published = RESULTS_DIR / "rl_effect.json"
+    publish(state, machine=json.loads(published.read_text()).get("machine") if published.exists() else None)
+
+
+def publish(state: Path | None = None, machine: dict | None = None) -> None:
     """docs/results/rl_effect.json from the saved outcomes (STATE, see save_state): validation, and the
     confirmation split as far as it has been read, from its own start where it has one."""
     state = state or STATE
     start = json.loads((state / "start" / "start.json").read_text())
     sweep = state / "sweep" / "arms.json"
-    out: dict = {"start": start, "budget": BUDGET, "sft_rate": SFT_RATE}
+    out: dict = {"start": start, "budget": BUDGET, "sft_rate": SFT_RATE, "paths": PATHS,
+                 "intervals": INTERVALS}
     own = state / CONFIRM_START / "start.json"
     if own.exists():  # the confirmation's own start (save_confirm_start says why), as `converge` made it
         out["confirm_start"] = {**json.loads(own.read_text()), "sha256": (own.parent / "sha256").read_text().strip()}
@@ -522,12 +580,12 @@ def publish(state: Path | None = None) -> None:
     out["complete"] = bool(confirm) and all(len(confirm["arms"].get(a, {}).get("seeds", [])) >= TARGET_SEEDS
                                             for a in FINAL_ARMS)
     final = confirm if out["complete"] else out.get("val")
-    if final:  # the issue's top-level fields: the confirmation split's arms once all read, validation's until then
+    if final:  # the top-level fields: the confirmation split's arms once all read, validation's until then
         out.update({k: final[k] for k in ("split", "tasks", "seeds", "arms", "rl_minus_rft", "target") if k in final})
-    save("rl_effect", {**out, "machine": machine_peak()})
+    save("rl_effect", {**out, "machine": machine or machine_peak()})
 
 
-TARGET = {"greedy": 0.03, "avg_at_4": 0.05}  # the policy gradient's own effect the issue asks for, rl − the start
+TARGET = {"greedy": 0.03, "avg_at_4": 0.05}  # the target for the policy gradient's own effect, rl − the start
 TARGET_SEEDS = 5
 
 

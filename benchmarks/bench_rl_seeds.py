@@ -26,7 +26,7 @@ Tuning reads the VALIDATION split, never test: `--split val --name tune_<what> -
 scores the SFT policy and each seed on `eval.val_tasks` (48 + 16), and `--pool-from` trains on
 an earlier run's screening (rl/pool.json), so a setting is compared on the same pool.
 
-The issue's targets, computed and printed: RL >= SFT in every seed, mean gain >= +5 points, no
+The targets, computed and printed: RL >= SFT in every seed, mean gain >= +5 points, no
 seed's format validity below SFT's - 2 points, last-third training accuracy >= first third in
 at least 4 of 5 seeds. Hours on a 2-core CPU (each seed is a whole RL stage and a 192-task eval).
 """

@@ -8,7 +8,7 @@ Runs pytest in a subprocess with the README's arguments (`make test`: `-q -n aut
 reads the counts from its JUnit XML (passed, failed, errors, skipped; deselected from the
 summary line) and the slowest tests from `--durations`, and probes the matmul peak before and
 after (the suite's time follows the probe: minutes x GFLOP/s stayed at 3,000-3,300 across
-earlier runs). Issue 27's target: `make test` <= 15 min on a machine whose fp32 probe reads
+the runs published so far). The target: `make test` <= 15 min on a machine whose fp32 probe reads
 >= 250 GFLOP/s. For the fresh-clone figure, run it in a fresh clone after `make setup`
 (`.ci/run` is `make test`: the same pytest command).
 

@@ -1,6 +1,6 @@
 """One prepared GPU proof (`make gpu-proof`): the gpu-smoke preset's whole recipe on one CUDA GPU, cut
-to fit 8 minutes on an H100, and one result file. PREPARED, NOT YET RUN ON A GPU: no GPU was lent to
-the session that wrote it; `--device cpu` (tests/bench_scripts/test_gpu_proof.py) runs the same code.
+to fit 8 minutes on an H100, and one result file. PREPARED, NOT YET RUN ON A GPU;
+`--device cpu` (tests/bench_scripts/test_gpu_proof.py) runs the same code.
 
     make gpu-proof                                   # = python -m benchmarks.gpu_proof
     python -m benchmarks.gpu_proof [--run DIR] [--out DIR] [--set SECTION.FIELD=VALUE ...]
@@ -68,7 +68,7 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BUDGET_SECONDS = 480  # 8 minutes on an H100, the issue's bound for one lent call with room to rerun
+BUDGET_SECONDS = 480  # 8 minutes on an H100: one lent GPU call, with room to rerun
 
 # gpu-smoke cut to fit BUDGET_SECONDS on an H100 (the arithmetic: the docstring). --set SECTION.FIELD=VALUE each.
 CUT = {

@@ -1,4 +1,5 @@
-"""Prove the GPU paths through the SAME coa_lab functions the CPU demo uses (issue 28's run).
+"""Prove the GPU paths through the SAME coa_lab functions the CPU demo uses (the H200
+runs of 2026-11-26, made for the chunked LM head).
 
 Run on a CUDA machine (see docs/gpu-validation.md for the recorded results):
 
@@ -9,7 +10,7 @@ model is the Qwen2.5-3B architecture with random weights, with the embedded Smol
 tokenizer files for token ids (all ids fall inside Qwen's larger vocabulary). In one process:
 
 1. 4-bit QLoRA SFT (coa_lab.training.sft.train_sft, preset gpu-3b-qlora) at each context, with each LM
-   head (coa_lab/training/lm_head.py): "plain" (every position's logits at once: the lab before issue 28),
+   head (coa_lab/training/lm_head.py): "plain" (every position's logits at once: the lab's head before chunking),
    "chunked" (1,024 positions at a time, recomputed in the backward) and "fused" (liger-kernel's
    fused linear cross-entropy, where it is installed): peak memory and tokens/s.
 2. One DAPO update (coa_lab.rl.update.policy_update) of one group of 8 rollouts, 512 prompt
@@ -303,7 +304,7 @@ def profile_decode(model, tok, batch: int, new_tokens: int, device: Device, comp
 
 
 def summarize(results: dict) -> dict:
-    """Issue 28's figures from the entries: each head's peak over the plain head's, per part and
+    """The LM-head and decoder figures from the entries: each head's peak over the plain head's, per part and
     context (the target: <= 0.70 at 8k), and the decoder's speed over `generate`."""
     def peaks(entries, length):
         return {(length(e), e["lm_head"]): e["peak_mem_gib"] for e in entries if e.get("peak_mem_gib")}

@@ -1,5 +1,5 @@
-"""The GPU measurement issue 13 leaves open, through the lab's own functions. PREPARED, NOT YET
-RUN ON A GPU: no GPU was lent to the session that wrote it (docs/gpu-validation.md says what is open).
+"""vLLM against the lab's decoder on a GPU, through the lab's own functions. PREPARED, NOT YET
+RUN ON A GPU (docs/gpu-validation.md says what is open).
 
     pip install --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
     python -m benchmarks.gpu_vllm --tokenizer DIR --out OUTDIR
@@ -13,7 +13,7 @@ hub), with a LoRA adapter of the gpu-3b-qlora preset's rank on every linear laye
    coa_lab.generation.hf_generator.HFGenerator (transformers + the lab's cache-keeping decoder) and then
    coa_lab.generation.vllm_engine.VLLMGenerator as RL makes it (generation.llm.rl_sampler), each sampling
    --new-tokens per prompt at temperature 1.0. tokens/s counts the tokens each produced; the ratio is
-   the issue's >= 10x check.
+   checked against >= 10x.
 2. One RL step with gen.backend="vllm": coa_lab.rl.trainer.train_rl samples from the
    in-process engine (gen.vllm_memory_fraction of the GPU; the same engine as 1., not a second
    one), computes the DAPO update of the LoRA, saves it to rl/sampler/step0 and points the engine

@@ -4,7 +4,7 @@ epochs each, every adapter scored on the same VALIDATION tasks (paired, greedy).
 Run:  python -m benchmarks.probe_sft_epochs [--run runs/demo] [--epochs 5 3]
       [--adapter 5=runs/demo/sft/adapter] [--arith 96 --lookup 32]
 Writes runs/bench/NAME.json (--name, default sft_epochs; under COA_LAB_RUNS if set). A diagnostic
-for a demo-size decision (issue 27), not part of `make bench`.
+for a demo-size decision (the demo's time target), not part of `make bench`.
 
 SFT is the demo's largest stage after RL (5 epochs over 57 trajectories: ~9 of its 40 minutes
 on a 2-core AVX2 draw), and its time is its epochs: the step already runs near the machine's

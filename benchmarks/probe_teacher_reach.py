@@ -1,4 +1,4 @@
-"""What the teacher can put in the SFT set, per kind of question (issue 26).
+"""What the teacher can put in the SFT set, per kind of question.
 
 RL's gain on the test split is capped by what SFT leaves between "never solved" (a group of all-0
 rewards: no signal) and "always solved" (no room). SFT learns only the kinds of question the

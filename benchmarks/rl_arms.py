@@ -9,7 +9,8 @@ From ONE SFT adapter, with the same seeds, steps, pool and evaluation tasks, up 
 Every adapter is scored on the same tasks and its per-task outcomes kept, so each arm's gain over
 SFT and `rl+ptx` − `control` are paired comparisons (coa_lab/comparison.py): per seed the gain, its
 paired standard error and the tasks won and lost; over seeds the mean with a 95% bootstrap
-interval over tasks. Resumable: an (arm, seed) whose scores file exists is not run again.
+interval over seeds and tasks (the rl_arms*.json under docs/results/ were written when it resampled the
+tasks alone). Resumable: an (arm, seed) whose scores file exists is not run again.
 
 `coa-lab arms` is this benchmark as a command, for any arms (--set-style overrides), with the
 sampled readout (avg@K, pass@K at rl.temperature) beside greedy: coa_lab/rl_arms/.

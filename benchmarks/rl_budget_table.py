@@ -7,7 +7,8 @@ the SAME SFT adapter, pool screening and evaluation tasks, at one rollout budget
 `--set rl.group_size=8` for twice the rollouts of cpu-tiny's 4); LABEL names the budget ("1x", "2x").
 For every budget and every seed both arms ran: rl+ptx − control (paired over tasks, with its
 standard error and the tasks won and lost), the rollouts sampled and where the run's time went
-(sampling vs update), and across seeds the mean with its bootstrap interval. The control arm
+(sampling vs update), and across seeds the mean with its bootstrap interval over seeds and tasks
+(docs/results/rl_budget.json was written when it resampled the tasks alone). The control arm
 samples nothing, so one control run serves every budget of the same seed (its scores may be
 copied between the benchmarks' scores folders; the file says so in `control_shared`).
 """
@@ -18,7 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-from coa_lab.comparison import bootstrap_mean_gain, paired
+from coa_lab.comparison import bootstrap_seeds_tasks, paired
 
 
 def budget_row(label: str, arms: dict) -> dict:
@@ -28,7 +29,7 @@ def budget_row(label: str, arms: dict) -> dict:
         raise SystemExit(f"{label}: the arms file needs both rl+ptx and control")
     seeds = sorted(set(outcomes["rl+ptx"]) & set(outcomes["control"]))
     per = [paired(outcomes["control"][s], outcomes["rl+ptx"][s]) for s in seeds]
-    boot = bootstrap_mean_gain([(outcomes["control"][s], outcomes["rl+ptx"][s]) for s in seeds])
+    boot = bootstrap_seeds_tasks([(outcomes["control"][s], outcomes["rl+ptx"][s]) for s in seeds])
     rl = arms["arms"]["rl+ptx"]
     at = {s: i for i, s in enumerate(rl["seeds"])}
     return {"budget": label, "group_size_override": [o for o in arms.get("overrides", []) if "group_size" in o],

@@ -180,7 +180,7 @@ def _arms_parser(sub, common) -> None:
                    "that already exist; seeds of one arm share its NAME")
     p.add_argument("--table-only", action="store_true", help="the table again from OUT's stored outcomes, no model")
     p.add_argument("--final", action="store_true", help="allow reading the confirmation split (recorded)")
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples over tasks")
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (over seeds and tasks)")
 
 
 ARMS_USAGE = """
@@ -193,7 +193,7 @@ Resuming: an (arm, seed) whose OUT/scores/<arm>_seed<s>.json exists is skipped; 
 training resumes from its RL checkpoint (rl.save_steps) if started with the same settings, else
 restarts clean from the SFT adapter. Every adapter is read with the common settings (--set, not
 the arm's), so readouts pair. OUT/arms.json: per arm and metric (greedy, avg_at_K, pass_at_K)
-against SFT: gains per seed, paired_se, won/lost, mean, ci95 (bootstrap over tasks); A_minus_B
+against SFT: gains per seed, paired_se, won/lost, mean, ci95 (bootstrap over seeds and tasks); A_minus_B
 the same for pairs of arms (every arm against --against first, then the rest in the order the
 first call named them: a pair keeps its name when later calls resume one arm at a time).
 """

@@ -3,10 +3,13 @@
 Two policies answer the same questions, so the noise of their difference is the noise of the
 tasks on which they disagree, not of two accuracies added. Per comparison: the mean per-task
 difference (the gain), its paired standard error, and the tasks won and lost (a tie is a tie:
-a gain of exactly 0 is neither). Across seeds that share the tasks, the seeds' spread
-understates the error (the same questions are read every time), so the interval of the seeds'
-mean gain is a bootstrap over tasks: resample the tasks, recompute every seed's gain on them,
-average over seeds.
+a gain of exactly 0 is neither).
+
+Across seeds, two things vary: the questions (another draw of tasks) and the training run (another
+seed). The interval of the seeds' mean gain is a two-level bootstrap over both
+(`bootstrap_seeds_tasks`): each resample draws the tasks once, shared by every seed and both sides
+(the comparison stays paired by task, and the seeds read the same questions, so their spread alone
+understates the error), then the seeds of each side. With one seed it is the bootstrap over tasks.
 
 Scores are per-task means in [0, 1] (one greedy answer: 0 or 1; k samples: avg@k).
 """
@@ -60,33 +63,59 @@ def paired(before: Scores, after: Scores) -> dict:
             "tied": sum(d == 0 for d in diffs)}
 
 
-def bootstrap_mean_gain(pairs: list[tuple[Scores, Scores]], resamples: int = 10_000, seed: int = 0,
-                        level: float = 0.95) -> dict:
-    """The mean over seeds of (after − before), each pair one seed's (before, after) on the same
-    tasks, with a percentile bootstrap interval over tasks (one task resample shared by every seed,
-    since the seeds read the same tasks)."""
+def bootstrap_seeds_tasks(pairs: list[tuple[Scores, Scores]], resamples: int = 10_000, seed: int = 0,
+                          level: float = 0.95) -> dict:
+    """The mean over seeds of (after − before), each pair one seed's (before, after) on the same tasks,
+    with a percentile interval from a two-level bootstrap over seeds and tasks.
+
+    Each of `resamples` draws:
+      1. the tasks, with replacement, ONCE: every seed of both sides reads the drawn tasks, so a task's
+         before and after stay together (the comparison is paired by task) and the seeds keep sharing
+         their questions;
+      2. the seeds of `after`, with replacement, and on their own the seeds of `before`. A side whose
+         readings are all the same (one start read once, against every seed of an arm) is held fixed.
+    The statistic is the drawn seeds' mean score on the drawn tasks, `after` minus `before`.
+
+    The seeds of two arms are resampled apart: a seed number gives two arms the same prompt order
+    and first rollouts, but their runs part at the first update, and the interval does not lean on
+    that pairing (a pairing that held would narrow it). The per-seed figures (paired_block) still
+    pair seed k with seed k. With one seed this is the bootstrap over tasks alone, value for value;
+    seeds that agree on every task give that interval too, and seeds that disagree widen it."""
     if not pairs:
         raise ValueError("no seeds to average")
     tasks = _common(*pairs[0])
     for before, after in pairs:
         if _common(before, after) != tasks:
             raise ValueError("every seed must be scored on the same tasks")
-    diffs = np.array([[after[t] - before[t] for t in tasks] for before, after in pairs])  # [seeds, tasks]
-    per_task = diffs.mean(axis=0)  # [tasks]: the seeds' mean gain on each task
+    after = np.array([[a[t] for t in tasks] for _, a in pairs])  # [seeds, tasks]
+    before = np.array([[b[t] for t in tasks] for b, _ in pairs])
+    mean = float((after - before).mean(axis=0).mean())  # the seeds' mean gain on each task, over the tasks
+    if all(b == pairs[0][0] for b, _ in pairs):  # one reading (the start) against every seed: held fixed
+        before = before[:1]
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(tasks), size=(resamples, len(tasks)))
-    means = per_task[idx].mean(axis=1)  # [resamples]
+    idx = rng.integers(0, len(tasks), size=(resamples, len(tasks)))  # 1. the tasks, shared by every seed and side
+
+    def seed_means(side: np.ndarray) -> np.ndarray:
+        """[resamples, tasks]: each resample's drawn seeds' mean score per task (2. one side's seeds)."""
+        n = len(side)
+        draws = rng.integers(0, n, size=(resamples, n))
+        weights = (draws[:, :, None] == np.arange(n)).sum(axis=1) / n  # [resamples, seeds]: times drawn / n
+        return weights @ side
+
+    per_task = seed_means(after) - seed_means(before)  # [resamples, tasks]: the drawn seeds' gain per task
+    means = np.take_along_axis(per_task, idx, axis=1).mean(axis=1)  # [resamples]: on the drawn tasks
     lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return {"seeds": len(pairs), "tasks": len(tasks), "mean": float(per_task.mean()),
-            "ci95": [float(lo), float(hi)], "resamples": resamples}
+    return {"seeds": len(pairs), "tasks": len(tasks), "mean": mean, "ci95": [float(lo), float(hi)],
+            "resamples": resamples}
 
 
 def paired_block(pairs: list[tuple[Scores, Scores]], resamples: int = 10_000) -> dict:
     """One comparison over seeds, each pair one seed's (before, after) on the same tasks: per seed
     the gain, its paired SE and the tasks won and lost; over seeds the mean gain and its bootstrap
-    interval over tasks (`coa-lab arms` writes one such block per arm, metric and baseline)."""
+    interval over seeds and tasks (bootstrap_seeds_tasks; `coa-lab arms` writes one such block per arm,
+    metric and baseline)."""
     per = [paired(before, after) for before, after in pairs]
-    boot = bootstrap_mean_gain(pairs, resamples) if pairs else None
+    boot = bootstrap_seeds_tasks(pairs, resamples) if pairs else None
     return {"before": [p["before"] for p in per], "after": [p["after"] for p in per],
             "gains": [p["gain"] for p in per], "paired_se": [p["se"] for p in per],
             "won": [p["won"] for p in per], "lost": [p["lost"] for p in per], "tied": [p["tied"] for p in per],
@@ -95,13 +124,13 @@ def paired_block(pairs: list[tuple[Scores, Scores]], resamples: int = 10_000) ->
 
 def arms_table(sft: Scores, arms: dict[str, dict[int, Scores]], resamples: int = 10_000) -> dict:
     """Every arm against the SFT start (per seed: accuracy, gain, paired SE, won/lost/tied; over
-    seeds: the mean gain and its bootstrap interval), and, when both arms exist, `rl+ptx` − `control`
-    seed by seed (the same seed's two adapters): the policy gradient's own effect."""
+    seeds: the mean gain and its bootstrap interval over seeds and tasks), and, when both arms exist,
+    `rl+ptx` − `control` seed by seed (the same seed's two adapters): the policy gradient's own effect."""
     out: dict = {"arms": {}}
     for arm, by_seed in arms.items():
         seeds = sorted(by_seed)
         per = [paired(sft, by_seed[s]) for s in seeds]
-        boot = bootstrap_mean_gain([(sft, by_seed[s]) for s in seeds], resamples) if seeds else None
+        boot = bootstrap_seeds_tasks([(sft, by_seed[s]) for s in seeds], resamples) if seeds else None
         out["arms"][arm] = {
             "seeds": seeds, "accuracy": [p["after"] for p in per], "gains": [p["gain"] for p in per],
             "paired_se": [p["se"] for p in per], "won": [p["won"] for p in per], "lost": [p["lost"] for p in per],
@@ -113,7 +142,7 @@ def arms_table(sft: Scores, arms: dict[str, dict[int, Scores]], resamples: int =
         if seeds:
             pairs = [(arms["control"][s], arms["rl+ptx"][s]) for s in seeds]
             per = [paired(*p) for p in pairs]
-            boot = bootstrap_mean_gain(pairs, resamples)
+            boot = bootstrap_seeds_tasks(pairs, resamples)
             out["rl_ptx_minus_control"] = {"seeds": seeds, "by_seed": [p["gain"] for p in per],
                                            "paired_se": [p["se"] for p in per], "won": [p["won"] for p in per],
                                            "lost": [p["lost"] for p in per], "mean": boot["mean"],

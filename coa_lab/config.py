@@ -172,7 +172,7 @@ class Preset:
 
 def _cpu_tiny() -> Preset:
     """`make demo-full`: the whole measured recipe, every default above, every stage for real on the
-    embedded 135M model (56 min on 2 cores before issue 57 took RL to ~1,400 rollouts a run: docs/design.md,
+    embedded 135M model (87 min of stages on 2 cores with bf16 units, docs/results/demo.json; docs/design.md,
     "Evaluation and the demo")."""
     return Preset(name="cpu-tiny")
 

@@ -23,7 +23,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from coa_lab.paths import PROJECT_ROOT
+from coa_lab.paths import PROJECT_ROOT, portable_paths
 
 RESULTS_DIR = PROJECT_ROOT / "docs" / "results"
 # [shown](docs/results/<file>.json "key") -- the key in the title so the link still opens the file;
@@ -56,12 +56,13 @@ def provenance(machine: dict) -> dict:
 def publish(name: str, result: dict, source: str, machine: dict, directory: Path | None = None) -> Path:
     """Write docs/results/<name>.json: the result's own keys, plus `source` (the command line a
     reader runs to measure it again) and `provenance` (date, commit, machine; the result's own
-    when it carries one, as a benchmark's does)."""
+    when it carries one, as a benchmark's does). Paths in it are written relative (portable_paths):
+    the file is committed and read on other machines."""
     directory = Path(directory or RESULTS_DIR)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
-    doc = {"source": source, "provenance": result.get("provenance") or provenance(machine),
-           **{k: v for k, v in result.items() if k != "provenance"}}
+    doc = portable_paths({"source": source, "provenance": result.get("provenance") or provenance(machine),
+                          **{k: v for k, v in result.items() if k != "provenance"}})
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
 

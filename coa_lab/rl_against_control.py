@@ -6,8 +6,9 @@ Both are read on the same headline test tasks, greedy and k times at RL's sampli
 RL sharpens the sampled policy first, often under an unchanged greedy answer). Every figure here is a
 coa_lab/comparison.py function of the eval stage's per-task files; nothing is recomputed from a model.
 
-One run is one seed: the interval is a bootstrap over tasks, and seeds vary more than that
-(`coa-lab arms` runs the same comparison across seeds)."""
+One run is one seed: the interval is a bootstrap over tasks (comparison.bootstrap_seeds_tasks with one
+seed), and seeds vary more than that (`coa-lab arms` runs the same comparison across seeds, its interval
+over seeds and tasks)."""
 
 from __future__ import annotations
 

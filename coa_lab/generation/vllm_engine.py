@@ -156,7 +156,9 @@ class VLLMGenerator:
         params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                 stop=list(stop), include_stop_str_in_output=True,
                                 logprobs=0 if sampling else None)  # 0: the sampled token's alone
-        outs = self.engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, lora_request=self.lora)
+        # use_tqdm=False: the lab reports its own progress, and vLLM's bar divides by zero under TQDM_DISABLE=1
+        outs = self.engine.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                                    lora_request=self.lora, use_tqdm=False)
         self._count(len(prompts), sampling)
         results = []
         for o, p in zip(outs, prompts):

@@ -13,6 +13,7 @@ from coa_lab.generation.engine_share import IN_PROCESS_ENGINE, MEMORY_MARGIN
 from coa_lab.generation.model_shape import ModelShape, shape_of
 from coa_lab.paths import PROJECT_ROOT
 from coa_lab.planning.memory_plan import fit_verdict, params_of, plan, rl_on_one_card, weight_bytes
+from coa_lab.planning.preset_check import TARGET_CARDS, rl_update_preset
 from coa_lab.planning.step_time import (
     BANDWIDTH_EFFICIENCY,
     SFT_MFU,
@@ -160,6 +161,9 @@ def planner_report(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", s
     spec = gpu_spec(gpu)
     shape = shape or shape_of(preset.model.name)
     memory = plan(preset, gpus, shape)
+    # RL's update is priced as RL runs it (one packed micro-batch of full-length rollouts, the model RL
+    # trains), not as SFT's batch: preset_check.rl_update_preset
+    rl_memory = plan(rl_update_preset(preset), gpus, shape)
     times = step_time(preset, gpus, spec, shape, **assumptions)
     m = preset.model
     return {
@@ -168,13 +172,21 @@ def planner_report(preset: Preset, gpus: int = 1, gpu: GPUSpec | str = "H100", s
                   "lora_r": m.lora_r, "load_in_4bit": m.load_in_4bit, "dtype": m.dtype,
                   "gradient_checkpointing": m.gradient_checkpointing},
         # who holds the rollouts' weights: an in-process vLLM engine (its own copy) or the policy itself
-        "sampler": "vllm-engine" if preset.gen.backend in IN_PROCESS_ENGINE else "policy",
+        "sampler": ("vllm-engine" if preset.gen.backend in IN_PROCESS_ENGINE else
+                    "vllm-server" if preset.gen.backend == "vllm-server" else "policy"),
         "memory_gib": memory.to_dict(),
+        # the model RL trains where its launch script changes it (preset_check.TARGET_CARDS)
+        "rl_model": ", ".join(f"{k}={v}" for k, v in TARGET_CARDS[preset.name].rl_model)
+                    if preset.name in TARGET_CARDS else "",
         "fits": {"train": fit_verdict(memory.train_total_gib, spec.memory_gib),
-                 "rollout": fit_verdict(memory.rollout_total_gib, spec.memory_gib),
+                 # a vLLM server decodes on its own node(s): the trainer's cards hold no rollouts
+                 "rollout": ("on the server" if preset.gen.backend == "vllm-server"
+                             else fit_verdict(memory.rollout_total_gib, spec.memory_gib)),
                  "margin": MEMORY_MARGIN,
+                 "rl_train": fit_verdict(rl_memory.train_total_gib, spec.memory_gib),
+                 "rl_train_gib": round(rl_memory.train_total_gib, 2),
                  # RL with vLLM in the same process: trainer and sampler on one card at once
-                 **rl_on_one_card(memory, spec.memory_gib)},
+                 **rl_on_one_card(rl_memory, spec.memory_gib)},
         "time": times.to_dict(),
         # whether the recipe's data feeds every stage (pools, splits, files): recipe_check.data_problems
         "recipe_problems": data_problems(preset),
@@ -200,6 +212,9 @@ def _alone_line(r: dict) -> str:
     t, rows = r["time"], r["time"]["eval_rows"]
     teacher = t["capture_rows"] if t["capture_rows"] not in (None, rows) else None
     extra = f", the teacher {teacher}" if teacher else ""
+    if r["sampler"] == "vllm-server":
+        return (f"  {'capture and evaluation decode':<36} {rows:>9}   rows at once{extra}: sent to the vLLM server, "
+                "which batches them")
     if t["engine_alone_share"] is None:
         return (f"  {'capture and evaluation decode':<36} {rows:>9}   rows at once{extra}: the lab's decoder "
                 "keeps RL's KV budget")
@@ -230,13 +245,20 @@ def format_report(r: dict) -> str:
             ("logits", mem["logits_gib"])]
     lines += [f"  {name:<36} {v:>9.2f}" for name, v in rows]
     lines.append(f"  {'train total':<36} {mem['train_total_gib']:>9.2f}   {r['fits']['train']}")
-    own_copy = "vLLM's own copy, unquantized" if r["sampler"] == "vllm-engine" else "the policy's own"
-    lines.append(f"  {'weights the sampler holds':<36} {mem['rollout_weights_gib']:>9.2f}   {own_copy}")
-    lines.append(f"  {'KV cache of the rollout batch':<36} {mem['kv_cache_gib']:>9.2f}   "
-                 f"({mem['rollout_batch']} rows x {mem['kv_per_sequence_mib']:.0f} MiB per full-length rollout)")
-    lines.append(f"  {'rollout total':<36} {mem['rollout_total_gib']:>9.2f}   {r['fits']['rollout']}")
-    lines.append(f"  {'RL, trainer + in-process vLLM':<36} {r['fits']['together_gib']:>9.2f}   {r['fits']['rl_together']}; "
-                 f"vLLM's share from this plan: {r['fits']['vllm_memory_fraction']}")
+    if r["sampler"] == "vllm-server":
+        lines.append(f"  {'rollouts':<36} {'-':>9}   a vLLM server on its own node(s) decodes them: vLLM sizes "
+                     "its KV cache there (docs/scaling.md)")
+    else:
+        own_copy = "vLLM's own copy, unquantized" if r["sampler"] == "vllm-engine" else "the policy's own"
+        lines.append(f"  {'weights the sampler holds':<36} {mem['rollout_weights_gib']:>9.2f}   {own_copy}")
+        lines.append(f"  {'KV cache of the rollout batch':<36} {mem['kv_cache_gib']:>9.2f}   "
+                     f"({mem['rollout_batch']} rows x {mem['kv_per_sequence_mib']:.0f} MiB per full-length rollout)")
+        lines.append(f"  {'rollout total':<36} {mem['rollout_total_gib']:>9.2f}   {r['fits']['rollout']}")
+    lines.append(f"  {'RL trainer (one packed micro-batch)':<36} {r['fits']['rl_train_gib']:>9.2f}   "
+                 f"{r['fits']['rl_train']}")
+    if r["sampler"] == "vllm-engine":  # a vLLM server (or the lab's decoder) leaves the trainer's card alone
+        lines.append(f"  {'RL, trainer + in-process vLLM':<36} {r['fits']['together_gib']:>9.2f}   "
+                     f"{r['fits']['rl_together']}; vLLM's share from this plan: {r['fits']['vllm_memory_fraction']}")
     lines += [f"  fits: estimate x {r['fits']['margin']} <= {memory:g} GiB (plan() ran up to 22% under the",
               "  measured H100/H200 peaks); tight: only the estimate itself fits", "", "time per step (estimates)"]
     tokens_per_gpu = t["sft_tokens_per_step"] // r["gpus"]
@@ -262,7 +284,9 @@ def format_report(r: dict) -> str:
            + f" {memory:g} GiB at the x{r['fits']['margin']} margin (the rest holds its KV cache)"] if t.get("teacher") else []),
         f"  {'evaluation':<36} {_seconds(t['eval_hours'] * 3600):>9}   base, SFT, RL on test + validation; the teacher",
         f"  {'the whole recipe':<36} {_seconds(t['afternoon_hours'] * 3600):>9}   capture + training + evaluation",
-        *(["  (RL refuses full-parameter training with vLLM sampling today, docs/scaling.md: the RL rows only price it)"]
+        *([f"  (RL trains {r['rl_model']}: the 'RL trainer' row prices that, docs/scaling.md)"]
+          if r.get("rl_model") else
+          ["  (RL refuses full-parameter training with vLLM sampling today, docs/scaling.md: the RL rows only price it)"]
           if m["lora_r"] == 0 else []),
         "",
         f"assumptions: mfu={a['mfu']} (SFT; fitted to the H100 runs, tokens/s within "

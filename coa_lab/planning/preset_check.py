@@ -14,7 +14,7 @@ from coa_lab.generation.model_shape import shape_of
 from coa_lab.planning.memory_plan import fit_verdict, plan, rl_on_one_card
 from coa_lab.planning.step_time import gpu_spec
 from coa_lab.recipe_check import data_problems
-from coa_lab.rl.update_batch import MICRO_BATCH
+from coa_lab.rl.micro_batch import MICRO_BATCH
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def memory_problems(preset: Preset) -> list[str]:
     if verdict != "fits":
         problems.append(f"SFT plans {sft.train_total_gib:.1f} GiB per {card.gpu} ({spec.memory_gib:.0f} GiB) "
                         f"on {card.gpus} GPU(s): {verdict}")
-    rl = plan(rl_update_preset(preset, card), card.gpus, shape_of(preset.model.name))
+    rl = plan(rl_update_preset(preset), card.gpus, shape_of(preset.model.name))
     if preset.gen.backend in ("vllm", "auto"):  # an in-process engine shares the trainer's card during RL
         together = rl_on_one_card(rl, spec.memory_gib)
         if together["rl_together"] != "fits":
@@ -63,10 +63,11 @@ def memory_problems(preset: Preset) -> list[str]:
     return problems
 
 
-def rl_update_preset(preset: Preset, card: TargetCard) -> Preset:
-    """The preset as the planner must price RL's update: the model RL trains (card.rl_model), and one
+def rl_update_preset(preset: Preset) -> Preset:
+    """The preset as the planner must price RL's update: the model RL trains (TARGET_CARDS' rl_model), and one
     micro-batch of full-length rollouts packed into one sequence (rl/update_batch.py's MICRO_BATCH rows
     of a typical prompt + gen.max_response_tokens), in place of SFT's batch."""
+    card = TARGET_CARDS.get(preset.name, TargetCard("H100", 1))
     rows = min(MICRO_BATCH, preset.rl.group_size * preset.rl.prompts_per_step)
     packed = rows * (PROMPT_TOKENS + preset.gen.max_response_tokens)
     return dataclasses.replace(preset, model=dataclasses.replace(preset.model, **dict(card.rl_model)),

@@ -2,13 +2,15 @@
 exercised on toy tensors in notebook 04 and in tests/rl/test_dapo.py.
 
 The four techniques and where they live:
-1. clip-higher            -> `dapo_token_loss(clip_low=0.2, clip_high=0.28)`
+1. clip-higher            -> `dapo_token_loss(clip_low=0.2, clip_high=0.28)` (rl.clip_low, rl.clip_high)
 2. dynamic sampling       -> `informative_groups` (drop groups whose rewards are all equal)
 3. token-level loss       -> `dapo_token_loss` divides by the batch's token count
 4. overlong shaping       -> `overlong_penalty` (soft punishment) + the trainer's mask for
                              truncated samples (overlong filtering)
-Advantages are GRPO's by default: reward standardized within the group of samples of one
-prompt; `advantages` selects the alternatives (rl.advantage: Dr. GRPO's unscaled one, RFT's 1/0).
+Advantages are the recipe's by default (rl.advantage, RLConfig's default: Dr. GRPO's reward minus the
+group's mean); `advantages` selects the alternatives (GRPO's reward standardized within the group
+of samples of one prompt, RFT's 1/0). Every default here is RLConfig's, so a call without
+settings computes what the recipe does.
 No KL term by default, as in DAPO and the AFM release; `kl_to_reference` is GRPO's, a switch
 (rl.kl_coef) that keeps the policy near the SFT one.
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from coa_lab.config import RLConfig
 
 
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -34,13 +38,14 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 ADVANTAGES = ("grpo", "dr_grpo", "rft")
 
 
-def advantages(rewards: torch.Tensor, mode: str = "grpo", accuracy: torch.Tensor | None = None) -> torch.Tensor:
+def advantages(rewards: torch.Tensor, mode: str = RLConfig.advantage,
+               accuracy: torch.Tensor | None = None) -> torch.Tensor:
     """The per-rollout advantage of rl.advantage = `mode`. rewards: [n_groups, G], the shaped
     rewards; accuracy: [n_groups, G], the binary task reward (default: `rewards`).
 
-    "grpo": (r - mean) / std, `group_advantages` (the default: a lone success in a 1-of-4 group
-        gets +1.73, a 3-of-4 group's lone failure -1.73: Dr. GRPO's difficulty bias);
-    "dr_grpo": r - mean, no std division (Dr. GRPO, arXiv 2503.20783);
+    "grpo": (r - mean) / std, `group_advantages` (a lone success in a 1-of-4 group gets +1.73,
+        a 3-of-4 group's lone failure -1.73: Dr. GRPO's difficulty bias);
+    "dr_grpo": r - mean, no std division (Dr. GRPO, arXiv 2503.20783; the default, rl.advantage's);
     "rft": 1 for a correct rollout (accuracy == 1, before overlong shaping), 0 for a wrong one:
         rejection-sampling fine-tuning on the student's own correct rollouts, as an RL arm.
     """
@@ -53,7 +58,7 @@ def advantages(rewards: torch.Tensor, mode: str = "grpo", accuracy: torch.Tensor
     raise ValueError(f"rl.advantage must be one of {ADVANTAGES}, got {mode!r}")
 
 
-def informative_groups(rewards: torch.Tensor, mode: str = "grpo") -> torch.Tensor:
+def informative_groups(rewards: torch.Tensor, mode: str = RLConfig.advantage) -> torch.Tensor:
     """Dynamic sampling: keep groups whose rewards are not all equal. [n_groups, G] -> bool [n_groups].
 
     Under rl.advantage = "rft" (`mode`; rewards are then the binary accuracy) a group carries
@@ -82,8 +87,8 @@ def dapo_token_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.28,
+    clip_low: float = RLConfig.clip_low,
+    clip_high: float = RLConfig.clip_high,
     n_tokens: float | None = None,
     aggregation: str = "token",
     n_sequences: float | None = None,

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
+from coa_lab.rl.micro_batch import MICRO_BATCH  # noqa: F401 - re-exported: update.py, the tests
 from coa_lab.training import packing
 from coa_lab.training.logprobs import token_logprobs
-
-MICRO_BATCH = 4  # rollouts per forward: bounds the logits of a step ([rollouts x response, V])
 
 
 def pad(rows: list[list], value) -> torch.Tensor:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from coa_lab import pipeline
 from coa_lab.generation.models import numeric_mode
+from coa_lab.paths import from_portable, portable_path
 from coa_lab.rl.pool import headroom
 from coa_lab.rl_arms import readout, runner, spec, table
 
@@ -63,7 +64,7 @@ def main(args) -> int:
                          f"trajectories into its updates, read from beside it (RUN/sft/adapter -> RUN/distill)")
     mix, groups = readout.task_groups(base, args.split)
     settings = {"split": args.split, "mix": mix, "samples": args.samples, "temperature": base.rl.temperature,
-                "greedy_temperature": base.eval.temperature, "start": str(start.resolve()),
+                "greedy_temperature": base.eval.temperature, "start": portable_path(start.resolve()),
                 "model": base.model.name, "preset": base.name, "numerics": numeric_mode(base.model)}
     runner._check_settings(out, settings)
     if args.split == "confirm":
@@ -88,7 +89,7 @@ def _read_given(out: Path, todo: dict, read) -> None:
         f = out / "scores" / f"{name}_seed{seed}.json"
         if f.exists():
             done = json.loads(f.read_text())
-            if Path(done["adapter"]).resolve() != path.resolve():
+            if from_portable(done["adapter"]).resolve() != path.resolve():
                 raise SystemExit(f"coa-lab arms: {name}@{seed} was read from {done['adapter']}; delete {f} to read {path}")
             continue
         readout.write_atomic(f, {"arm": name, "seed": seed, "overrides": None, **read(path, f"{name}@{seed}")})

@@ -17,6 +17,7 @@ import torch
 from coa_lab import pipeline
 from coa_lab.evaluate import evaluate, pass_at_k
 from coa_lab.generation.llm import make_generator
+from coa_lab.paths import portable_path
 from coa_lab.tasks.suites import load_suite
 
 SPLITS = ("val", "test", "selection", "confirm")
@@ -60,7 +61,7 @@ def read_adapter(preset, adapter: Path, groups: dict, tools, samples: int, label
     generator = make_generator(preset, adapter)
     greedy = evaluate(generator, groups, tools, preset, label=label, samples=1)
     rewards, family, valid = _outcomes(greedy.records)
-    out = {"adapter": str(adapter), "greedy": {t: v[0] for t, v in rewards.items()}, "family": family,
+    out = {"adapter": portable_path(adapter), "greedy": {t: v[0] for t, v in rewards.items()}, "family": family,
            "format_valid": valid, "samples": samples, "temperature": preset.rl.temperature}
     if samples > 0:
         torch.manual_seed(preset.seed)  # the same draws for every adapter: a re-read gives the same file

@@ -23,6 +23,7 @@ from pathlib import Path
 from coa_lab import pipeline
 from coa_lab.config import get_preset, preset_from_dict
 from coa_lab.field_types import parse_overrides
+from coa_lab.paths import portable_path
 from coa_lab.rl.checkpoint import latest_rl_checkpoint
 from coa_lab.rl_arms import readout, spec, table
 
@@ -55,7 +56,8 @@ def record_reading(args, mix: dict, preset_name: str, what: list[str]) -> None:
     except OSError:
         commit = None
     row = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit,
-           "benchmark": "coa-lab arms", "out": str(args.out), "preset": preset_name, "overrides": args.set,
+           "benchmark": "coa-lab arms", "out": portable_path((args.out or args.run / "arms").resolve()),
+           "preset": preset_name, "overrides": args.set,
            "arms": what, "seeds": args.seeds, "tasks": mix}
     READINGS.parent.mkdir(parents=True, exist_ok=True)
     with READINGS.open("a") as fh:
@@ -65,10 +67,13 @@ def record_reading(args, mix: dict, preset_name: str, what: list[str]) -> None:
 
 def _check_settings(out: Path, settings: dict) -> None:
     """Every file under OUT pairs with every other: the same tasks, samples, temperatures and numeric
-    mode. A field an older settings.json lacks cannot be checked; it is recorded from now on."""
+    mode. A field an older settings.json lacks cannot be checked; it is recorded from now on. An older
+    file's absolute start is read as the portable path it names (portable_path)."""
     path = out / "settings.json"
     if path.exists():
         old = json.loads(path.read_text())
+        if isinstance(old.get("start"), str):
+            old["start"] = portable_path(old["start"])
         diff = {k: (old[k], v) for k, v in settings.items() if k in old and old[k] != v}
         if diff:
             hint = (" (pin the numeric mode the earlier readings used: COA_LAB_CPU_BF16=1 for bf16 autocast, "
@@ -79,9 +84,9 @@ def _check_settings(out: Path, settings: dict) -> None:
 
 
 def _start_info(start: Path) -> dict:
-    """The start adapter and, where its run folder says, how it was made."""
+    """The start adapter and, where its run folder says, how it was made (paths: portable_path)."""
     run = start.resolve().parent.parent
-    info: dict = {"adapter": str(start), "run": str(run)}
+    info: dict = {"adapter": portable_path(start.resolve()), "run": portable_path(run)}
     weights = start / "adapter_model.safetensors"
     if weights.exists():
         info["sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()

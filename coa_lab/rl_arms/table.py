@@ -93,7 +93,7 @@ def render(result: dict) -> str:
     """The printed table: points (x100); per seed: gain ± paired SE (tasks won/lost)."""
     names = result["metrics"]
     lines = [f"{result['tasks']} tasks, seeds {result['seeds']}; points: score, mean gain [95% interval over "
-             f"tasks], per seed gain ± paired SE (won/lost)",
+             f"seeds and tasks], per seed gain ± paired SE (won/lost)",
              f"{'sft':<22} " + "  ".join(f"{m} {100 * result['sft'][m]:.1f}" for m in names)]
     for arm, row in result["arms"].items():
         for m in names:

@@ -14,11 +14,11 @@ Three splits from one seeded stream of problems:
 
 - ``train``: a problem is train iff a hash of its question text falls outside the held-out
   bucket (1 in ``HELDOUT_BUCKETS``), so train and held-out never share a question.
-- ``val``: the first ``VAL_ROWS`` held-out problems; every tuning decision is made here
-  (these were the old ``eval`` rows, on which the lab's hyperparameters were tuned).
+- ``val``: the first ``VAL_ROWS`` held-out problems; every tuning decision is made here.
 - ``test``: the held-out problems after those, minus any whose expression (numbers and
   operators) or name-swapped question (a sticker story with another name) already is a
-  train or val problem; made after tuning, so nothing was ever tuned on it.
+  train or val problem. Part of it is the selection split, read by RL seed benchmarks
+  before two preset choices; the rest is the confirmation split (datasets/heldout_splits.json).
 
 The same seed gives the same files on every machine (`python -m coa_lab.tasks.arithmetic
 --write` rebuilds the shipped ``datasets/math/arith/{train,val,test}.jsonl``; a test checks
@@ -39,7 +39,7 @@ FAMILY = "arith"
 LEVELS = (1, 2, 3)
 SPLITS = ("train", "val", "test")
 HELDOUT_BUCKETS = 10  # 1 in 10 questions is held out (val, then test); the rest is train
-VAL_ROWS = 240  # the first 240 held-out problems are val: exactly the old eval set
+VAL_ROWS = 240  # the first 240 held-out problems are val
 SHIPPED_SIZES = {"train": 2400, "val": VAL_ROWS, "test": 480}  # rows per split in datasets/math/arith/
 
 NAMES = ("Mia", "Omar", "Lena", "Ravi", "Sofia", "Jonas", "Aiko", "Tariq", "Nora", "Pablo", "Ines", "Kofi")
@@ -181,7 +181,7 @@ def generate(split: str, n: int, seed: int = 0, levels: tuple[int, ...] = LEVELS
             raise ValueError(f"val has {VAL_ROWS} problems; the held-out ones after them are test")
         problems = _problems("heldout", n, seed, levels)
     else:
-        # test continues the held-out stream after val, so val stays exactly the old eval set
+        # test continues the held-out stream after val, so val keeps the first VAL_ROWS problems
         seen = _problems("train", SHIPPED_SIZES["train"], seed, levels) + _problems("heldout", VAL_ROWS, seed, levels)
         expressions = {expression for _, _, expression in seen}
         questions = {name_free(question) for _, question, _ in seen}

@@ -32,8 +32,9 @@ Why these defaults (also in datasets/README.md):
   (generated tool arithmetic, three levels, :mod:`coa_lab.tasks.arithmetic`) and
   ``mhqa/lookup`` (single-hop look-ups of 2Wiki evidence triples, answerable from the shipped
   corpus); each has train, val and test files, and they are the default ``val`` of their
-  suites (``code`` and ``web`` have no val).  Their test files were split off after the lab's
-  tuning, so nothing was tuned on them.  The CPU demo trains and reports on these;
+  suites (``code`` and ``web`` have no val).  Part of each test file is the selection split,
+  which RL seed benchmarks read before two preset choices; the rest is the confirmation split,
+  read only for a final recipe (datasets/heldout_splits.json).  The CPU demo trains and reports on these;
   GSM8K/HotpotQA stay as the honest hard rows.  Every split is disjoint from every other
   (tests/repo/test_datasets_disjoint.py).
 """

@@ -11,8 +11,9 @@ import pytest
 from arms_fakes import fakes, run  # noqa: F401 - fixtures
 
 from coa_lab.cli import main
-from coa_lab.comparison import bootstrap_mean_gain, paired
+from coa_lab.comparison import bootstrap_seeds_tasks, paired
 from coa_lab.evaluate import pass_at_k
+from coa_lab.paths import from_portable, portable_path
 
 ARGS = ["--arm", "control", "rl+ptx", "--seeds", "0", "1", "--samples", "3", "--resamples", "500"]
 
@@ -34,7 +35,9 @@ def test_two_arms_two_seeds_from_one_adapter_and_one_pool(run, fakes, capsys):
             assert adapter.resolve() == (run / "sft" / "adapter").resolve()
     result = json.loads((out / "arms.json").read_text())
     assert result["split"] == "val" and result["tasks"] == 9 and result["seeds"] == [0, 1]
-    assert result["start"]["adapter"] == str(run / "sft" / "adapter") and result["start"]["made_by"]["preset"] == "cpu-smoke"
+    assert result["start"]["adapter"] == portable_path((run / "sft" / "adapter").resolve())  # never absolute
+    assert from_portable(result["start"]["adapter"]) == (run / "sft" / "adapter").resolve()
+    assert result["start"]["made_by"]["preset"] == "cpu-smoke"
     assert set(result["arms"]) == {"control", "rl+ptx"} and "rl_ptx_minus_control" in result
     for block in (result["arms"]["control"], result["rl_ptx_minus_control"]):
         for m in ("greedy", "avg_at_3", "pass_at_3"):
@@ -70,12 +73,12 @@ def test_table_is_comparison_of_the_stored_outcomes(run, fakes):
             assert block["gains"] == [paired(*p)["gain"] for p in pairs]
             assert block["paired_se"] == [paired(*p)["se"] for p in pairs]
             assert block["won"] == [paired(*p)["won"] for p in pairs]
-            boot = bootstrap_mean_gain(pairs, 500)
+            boot = bootstrap_seeds_tasks(pairs, 500)
             assert (block["mean"], block["ci95"]) == (boot["mean"], boot["ci95"])
         pairs = [(f(load(f"control_seed{s}")), f(load(f"rl+ptx_seed{s}"))) for s in (0, 1)]
         diff = result["rl_ptx_minus_control"][metric]
         assert diff["gains"] == [paired(*p)["gain"] for p in pairs]
-        assert diff["ci95"] == bootstrap_mean_gain(pairs, 500)["ci95"]
+        assert diff["ci95"] == bootstrap_seeds_tasks(pairs, 500)["ci95"]
     # recomputed from the files alone: the same table, no model
     (out / "arms.json").unlink()
     fakes.evaluated.clear()

@@ -47,7 +47,8 @@ def test_converge_stops_at_the_first_start_more_control_does_not_improve(bench, 
     assert len(calls) == 3 and all(specs == ["control"] and samples == 0 for _, specs, samples in calls)
     assert calls[0][0] == run / "sft" / "adapter"
     assert calls[2][0] == run / "effect" / "start" / "link1" / "runs" / "control" / "seed0" / "rl" / "adapter"
-    assert Path(state["start"]) == calls[2][0] and state["converged"]  # link 2's start: link 1's result
+    assert bench._start(run) == calls[2][0] and state["converged"]  # link 2's start: link 1's result
+    assert not any(Path(x["start"]).is_absolute() for x in [state, *state["links"]])  # the record is committed
     assert [round(x["gain"], 3) for x in state["links"]] == [0.04, 0.02, 0.004]
     assert json.loads((run / "effect" / "start" / "start.json").read_text()) == state
 
@@ -354,7 +355,9 @@ def test_the_confirmation_start_is_kept_with_its_weights_and_restored_in_place_o
     saved = bench.STATE / bench.CONFIRM_START
     assert (bench.STATE / "start_sha256").read_text() == val_sha  # validation's record untouched
     val_record = (val_run / "effect" / "start" / "start.json").read_text()
-    assert (bench.STATE / "start" / "start.json").read_text() == val_record
+    saved_record = (bench.STATE / "start" / "start.json").read_text()  # the same record, its paths not absolute
+    assert saved_record == bench.portable_text(val_record, Path.cwd()) and saved_record != val_record
+    assert bench.from_portable(json.loads(saved_record)["start"], Path.cwd()) == bench._start(val_run)
     assert (saved / "adapter" / "adapter_model.safetensors").read_bytes() == b"the confirmation's start"
     assert (saved / "distill" / "kept.jsonl").exists() and (saved / "link0" / "scores" / "sft.json").exists()
     assert (saved / "sha256").read_text().strip() == bench.sha256(start)
@@ -371,7 +374,8 @@ def test_the_confirmation_start_is_kept_with_its_weights_and_restored_in_place_o
     (later / "effect" / "confirm" / "scores" / "rl_seed1.json").write_text('{"arm": "rl"}')
     bench.save_state(later)  # the restored run saves back into the same place
     assert (bench.STATE / "confirm" / "scores" / "rl_seed1.json").exists()
-    assert json.loads((saved / "start.json").read_text())["start"] == str(start)  # the record is the first run's
+    saved_start = json.loads((saved / "start.json").read_text())["start"]  # the record is the first run's
+    assert bench.from_portable(saved_start, Path.cwd()) == start and not Path(saved_start).is_absolute()
 
     other = tmp_path / "other"
     _converged_from(other, b"a third start")
@@ -468,3 +472,23 @@ def test_published_differences_read_one_way_whichever_arm_the_last_call_ran(benc
         assert a["gains"] == pytest.approx(b["gains"]) and a["mean"] == pytest.approx(b["mean"])
         assert (a["won"], a["lost"]) == (b["won"], b["lost"]) and a["won"] != a["lost"]
         assert a["ci95"] == pytest.approx(b["ci95"], abs=0.006)  # the same bootstrap, mirrored
+
+
+def test_resummarize_gives_the_committed_tables_and_the_published_file_from_the_committed_outcomes(
+        bench, tmp_path, monkeypatch):
+    """Every published interval is coa_lab/comparison.py's of the committed per-task outcomes (the bootstrap
+    over seeds and tasks): the state's tables recomputed with no model are the committed ones, and what
+    publish writes from them is docs/results/rl_effect.json's."""
+    committed = Path(bench.__file__).parent / "state" / "rl_effect"
+    shutil.copytree(committed, bench.STATE, ignore=shutil.ignore_patterns("adapter", "distill"))
+    saved = {}
+    monkeypatch.setattr(bench, "save", lambda name, result: saved.update(result))
+    monkeypatch.setattr(bench, "machine_peak", lambda: {"cores": 2})
+    bench.resummarize()
+    for f in committed.rglob("*.json"):
+        if (bench.STATE / f.relative_to(committed)).exists():
+            assert json.loads((bench.STATE / f.relative_to(committed)).read_text()) == json.loads(f.read_text()), f
+    published = json.loads((REPO / "docs" / "results" / "rl_effect.json").read_text())
+    for key in ("val", "confirm", "sweep", "step1", "start", "confirm_start", "target", "intervals", "paths"):
+        assert saved[key] == published[key], key
+    assert "seeds and tasks" in published["intervals"]

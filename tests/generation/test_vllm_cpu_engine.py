@@ -101,6 +101,14 @@ def group(lab):
     return sample_group(lab)
 
 
+def test_generation_runs_with_progress_bars_disabled(lab, monkeypatch):
+    """TQDM_DISABLE=1 (a quiet CI log): vLLM's own bar divided its token rate by a zero elapsed
+    time; the lab reports its own progress and asks vLLM for none."""
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    out = lab.gen.generate([lab.tok("2 + 2 =")["input_ids"]], max_new_tokens=4)
+    assert len(out) == 1 and out[0].token_ids
+
+
 def test_vllm_samples_a_group_with_logprobs_the_trainer_reproduces(lab, group):
     """CoA rollouts (tools executed) from vLLM with the SFT adapter: every policy token carries
     vLLM's processed log-prob, and the trainer's log-prob of the same tokens at the same temperature

@@ -19,12 +19,14 @@ RIGHT, WRONG = "<think>t</think><answer>\\boxed{2}</answer>", "<think>t</think><
 
 # ---- advantages: pure functions on toy tensors ----
 
-def test_grpo_is_exactly_the_labs_earlier_advantage_and_dr_grpo_the_recipes():
+def test_grpo_is_group_advantages_and_the_default_is_the_recipes_dr_grpo():
     r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.2, 1.0, 0.7, 0.0]])
-    assert torch.equal(dapo.advantages(r), dapo.group_advantages(r))
     assert torch.equal(dapo.advantages(r, "grpo"), dapo.group_advantages(r))
-    assert dapo.advantages(r)[0, 0] == pytest.approx(math.sqrt(3), rel=1e-4)  # the lone success: +1.73
+    assert dapo.advantages(r, "grpo")[0, 0] == pytest.approx(math.sqrt(3), rel=1e-4)  # the lone success: +1.73
     assert get_preset("cpu-tiny").rl.advantage == "dr_grpo"  # the arms' choice (docs/rl-effect.md)
+    # a call without a mode computes what the config's default (the recipe) does
+    assert torch.equal(dapo.advantages(r), dapo.advantages(r, get_preset("cpu-tiny").rl.advantage))
+    assert torch.equal(dapo.advantages(r), dapo.advantages(r, "dr_grpo"))
 
 
 def test_dr_grpo_is_reward_minus_group_mean_without_std():

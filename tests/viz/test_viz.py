@@ -330,3 +330,30 @@ def test_live_curves_collect_every_step_and_leave_gaps_where_a_row_has_none():
     assert live.values["accuracy"] == [0.5, 0.75]
     assert live.values["gap"][0] == 1e-3 and math.isnan(live.values["gap"][1])
     assert live._handle is None  # outside IPython nothing is displayed
+
+
+def test_a_figure_with_fractional_step_ticks_or_a_clipped_title_is_refused(tmp_path):
+    """save_figure refuses what a learner cannot read at a glance; plot_curves draws whole steps."""
+    from matplotlib.figure import Figure
+
+    from coa_lab.viz.plots import figure_problems, plot_curves, save_figure
+
+    fine = plot_curves({"accuracy": [0.84, 0.70, 0.80]}, title="RL", first_step=0)
+    assert figure_problems(fine) == []
+    assert [t for t in fine.axes[0].get_xticks() if 0 <= t <= 2] == [0, 1, 2]
+    bad = Figure(figsize=(3, 2))
+    ax = bad.add_subplot()
+    ax.plot([1, 2, 3], [0.84, 0.70, 0.80])  # matplotlib's default locator ticks 1.25, 1.5, ...
+    ax.set_title("a title far too long to fit a figure three inches wide, cut off at both sides")
+    problems = figure_problems(bad)
+    assert any("fractional x ticks" in p for p in problems) and any("cut off" in p for p in problems)
+    with pytest.raises(ValueError, match="not readable at a glance"):
+        save_figure(bad, tmp_path / "bad.png", {})
+    assert not (tmp_path / "bad.png").exists()
+
+
+def test_one_step_draws_whole_ticks():
+    """A smoke run's single RL step: matplotlib pads a one-point axis to ±0.045; plot_curves does not."""
+    from coa_lab.viz.plots import figure_problems, plot_curves
+
+    assert figure_problems(plot_curves({"accuracy": [0.5]}, first_step=0)) == []

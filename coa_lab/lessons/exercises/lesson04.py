@@ -82,8 +82,8 @@ def _grad_tokens(loss_mask, adv, ratio, clip_low: float, clip_high: float) -> li
 
 register(Exercise(
     id="04.grad_tokens",
-    question="In the second mini-batch of the update by hand (after one step, `ratio2`), how many tokens of each "
-             "rollout still get gradient? Count them from `loss_mask`, `adv` and `ratio2` alone, without a "
+    question="In the last of the K mini-batches of the update by hand (`ratio`, after K - 1 steps), how many tokens "
+             "of each rollout still get gradient? Count them from `loss_mask`, `adv` and `ratio` alone, without a "
              "backward pass. Answer one count per rollout.",
     truth=_grad_tokens,
     hint="a token gets gradient when it is in the loss mask, its rollout's advantage is not 0, and the clamp did "
