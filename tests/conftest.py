@@ -1,6 +1,9 @@
 """Shared test setup. Nothing in the test suite may reach the network or a model hub."""
 
 import os
+import time
+
+import pytest
 
 # Set before transformers/huggingface_hub are imported anywhere: a typo'd model name must
 # fail fast with our error, not hang on a connection attempt.
@@ -36,3 +39,34 @@ def import_benchmark(name: str):
     import importlib
 
     return importlib.import_module(f"benchmarks.{name}")
+
+
+# vLLM's CPU engine takes ~2.5 GiB a test process (its EngineCore and worker beside the test); four
+# xdist workers each starting one beside the 32B preset's two ranks ran a 24 GiB CI machine out of
+# memory, and an engine died mid-evaluation (EngineDeadError). A module marked `vllm_engine` waits
+# for one of two slots, held across xdist workers by a file lock in the run's shared temp folder.
+VLLM_SLOTS = 2
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _vllm_engine_slot(request, tmp_path_factory):
+    if request.node.get_closest_marker("vllm_engine") is None:
+        yield
+        return
+    from filelock import FileLock, Timeout  # huggingface_hub's dependency: always installed beside transformers
+
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared  # the workers' common folder
+    locks = [FileLock(str(shared / f"vllm-engine-{k}.lock")) for k in range(VLLM_SLOTS)]
+    while True:
+        for lock in locks:
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue
+            try:
+                yield
+            finally:
+                lock.release()
+            return
+        time.sleep(2.0)

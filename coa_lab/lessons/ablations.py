@@ -5,9 +5,9 @@
    evaluated greedily on the same held-out tasks: accuracy, format validity, how often the
    model writes an observation block itself (`protocol.written_observations`) and how often
    it answers without calling a tool at all.
-2. DAPO's four techniques, off one at a time: RL from the same SFT adapter, same pool, same
-   seed and steps. Each arm's per-step metrics (reward curve, kept groups, rollouts that
-   carried a gradient) come from `train_rl`'s own log.
+2. DAPO's techniques that can act at one optimizer step per batch, off one at a time: RL from
+   the same SFT adapter, same pool, same seed and steps. Each arm's per-step metrics (reward
+   curve, kept groups, rollouts that carried a gradient) come from `train_rl`'s own log.
 3. Where rollouts come from: the policy's own weights (exact), an int8 copy with
    truncated importance sampling, and the int8 copy without the correction. Same start, pool,
    seed and steps; per step the probability gap between sampler and trainer, the share of
@@ -34,9 +34,11 @@ from coa_lab.training.sft import train_sft
 from coa_lab.trajectories import load_records
 
 # arm name -> RLConfig overrides. "DAPO" is the recipe; each other arm switches one technique off.
+# No "no clip-higher" arm: at the recipe's one optimizer step per sampled batch (rl.mini_batches = 1)
+# every ratio is exactly 1, so a symmetric clip's run is the recipe's by construction. Notebook 04
+# shows the clip where it binds (several optimizer steps on one batch, a cheaper sampler).
 DAPO_ARMS: dict[str, dict] = {
     "DAPO": {},
-    "no clip-higher": {"clip_high": 0.2},  # symmetric PPO clip [0.8, 1.2]
     "no dynamic sampling": {"dynamic_sampling": False},  # all-right / all-wrong groups stay in the batch
     "sequence-level loss": {"loss_agg": "sequence"},  # GRPO's per-sample mean
     "no overlong shaping": {"overlong_buffer": 0, "overlong_filter": False},

@@ -25,7 +25,7 @@ def _why_not() -> str:
     return f"vLLM's CPU build cannot run here: {why}" if why else ""
 
 
-pytestmark = [pytest.mark.model, pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-")]
+pytestmark = [pytest.mark.model, pytest.mark.vllm_engine, pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-")]
 
 
 def test_gpu_vllm_smoke_runs_both_decoders_and_one_vllm_rl_step(tmp_path):

@@ -26,7 +26,7 @@ E2E = Path(__file__).resolve().parent
 sys.path.insert(0, str(E2E))
 import slurm_shims  # noqa: E402
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.vllm_engine]
 
 SBATCH = PROJECT_ROOT / "configs" / "slurm" / "multinode_32b.sbatch"
 # the rank of RL's LoRA on the full fine-tune, as the script's RL and evaluation steps set it

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from shrunk_runs import run_demo_shrunk
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.vllm_engine]
 
 
 @pytest.mark.parametrize("name", ["gpu-3b-qlora", "colab-t4"])

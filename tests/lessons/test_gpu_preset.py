@@ -259,3 +259,19 @@ def test_every_lesson_runs_in_smoke_mode_under_the_gpu_preset(path, gpu_preset_r
     assert not errors
     said = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "skipped on a GPU" not in said  # on a CPU every guarded cell runs
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_lesson_forces_packed_batches(path):
+    """Under unsloth (gpu-3b-qlora) `model_inputs` refuses a packed batch: the library decides where packing runs
+    (`packing.supported(model)`). A lesson passes no `packed=` to a library call, and a cell that builds a packed
+    batch itself runs it only where `packing.supported` says the model can take it."""
+    for where, src in lesson_code(_nb(path)):
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        forced = [k for node in ast.walk(tree) if isinstance(node, ast.Call) for k in node.keywords if k.arg == "packed"]
+        assert not forced, f"{path.name} {where}: leave `packed` to the library"
+        if "pack_batch(" in src:
+            assert "packing.supported(" in src, f"{path.name} {where}: a packed batch without packing.supported"

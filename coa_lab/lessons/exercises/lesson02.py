@@ -1,4 +1,5 @@
-"""Lesson 02's exercises: reading the funnel, and re-running its filters at another budget."""
+"""Lesson 02's exercises: reading the funnel, the budget that halves it, and re-running its filters at
+another budget."""
 
 from __future__ import annotations
 
@@ -28,14 +29,22 @@ def _n_tokens(tok, text: str) -> int:
     return len(tok(text, add_special_tokens=False)["input_ids"])  # as the lesson's filter counts them
 
 
+def _half_budget(kept, tok) -> int:
+    """The largest budget at which the length rule keeps at most half (rounded down) of `kept`."""
+    lengths = sorted(_n_tokens(tok, r.text) for r in kept)
+    if not lengths:
+        return 0
+    return lengths[len(lengths) // 2] - 1  # one token short of the first trajectory that must go
+
+
 register(Exercise(
-    id="02.tightest_budget",
-    question="What is the smallest max_trajectory_tokens at which the funnel above would still keep every "
-             "trajectory it keeps now?",
-    truth=lambda kept, tok: max((_n_tokens(tok, r.text) for r in kept), default=0),
+    id="02.half_budget",
+    question="To keep at most half of the trajectories the funnel keeps now (half rounded down), what is the "
+             "largest max_trajectory_tokens you could set?",
+    truth=_half_budget,
     hint="lowering the budget only changes the quality stage's length rule: a kept trajectory stays kept while "
-         "its token count is at most the budget.",
-    wrong=lambda right: right - 1,
+         "its token count (r.n_tokens) is at most the budget. Sort the kept trajectories by length.",
+    wrong=lambda right: right + 1,
 ))
 
 

@@ -1,55 +1,78 @@
-"""Lesson 04's exercises: clip-higher, advantages, overlong shaping, the hand update, the run."""
+"""Lesson 04's exercises: the clip window in probabilities, GRPO against Dr. GRPO advantages, overlong
+shaping, what a symmetric clip would cut in the hand update, the run's kept groups."""
 
 from __future__ import annotations
 
+from coa_lab.config import RLConfig
 from coa_lab.lessons.exercises.registry import Exercise, close, register
 from coa_lab.rl import dapo
 
-TOY_RATIOS = (0.79, 0.81, 1.19, 1.21, 1.25, 1.29)  # the clip-higher cell's: one on each side of every bound
+OLD_P = 0.40  # the clip exercise's token: the probability the sampling policy gave it
 
 
-def _gradients(clip_high: float, ratios=TOY_RATIOS, advantage: float = 1.0) -> list[bool]:
+def _has_gradient(ratios, advantage: float, clip_low: float, clip_high: float) -> list[bool]:
+    """Per ratio, whether the library's DAPO loss gives that token a gradient (its own backward, not the rule)."""
     import torch
 
-    logp = torch.log(torch.tensor(ratios)).requires_grad_()
-    n = len(ratios)
-    loss, _ = dapo.dapo_token_loss(logp.unsqueeze(0), torch.zeros(1, n), torch.tensor([advantage]),
-                                   torch.ones(1, n), 0.2, clip_high)
+    logp = torch.log(torch.as_tensor(ratios, dtype=torch.float64)).requires_grad_()
+    n = logp.numel()
+    loss, _ = dapo.dapo_token_loss(logp.unsqueeze(0), torch.zeros(1, n, dtype=torch.float64),
+                                   torch.tensor([advantage], dtype=torch.float64), torch.ones(1, n), clip_low, clip_high)
     loss.backward()
     return [bool(g != 0) for g in logp.grad]
 
 
-def _flip_last(right: dict) -> dict:
-    out = {k: list(v) for k, v in right.items()}
-    first = next(iter(out))
-    out[first][-1] = not out[first][-1]
-    return out
+def _clip_window(old_p: float = OLD_P, clip_low: float = RLConfig.clip_low, clip_high: float = RLConfig.clip_high) -> tuple[float, float]:
+    """(the largest new probability at which a rewarded token still gets gradient, the smallest at which a
+    punished one does), found on a grid of new probabilities through the loss's own gradient."""
+    grid = [i / 10_000 for i in range(1, 10_000)]
+    up = _has_gradient([p / old_p for p in grid], +1.0, clip_low, clip_high)
+    down = _has_gradient([p / old_p for p in grid], -1.0, clip_low, clip_high)
+    return max(p for p, g in zip(grid, up) if g), min(p for p, g in zip(grid, down) if g)
+
+
+def _within(tol: float):
+    def same(a, b) -> bool:
+        return len(a) == len(b) and all(abs(float(x) - float(y)) <= tol for x, y in zip(a, b))
+    return same
 
 
 register(Exercise(
     id="04.clip",
-    question="With a positive advantage, which of the six toy ratios keep a gradient at clip_high 0.3, and which at "
-             "0.1? Answer {0.3: [six bools], 0.1: [six bools]}.",
-    truth=lambda ratios=TOY_RATIOS: {h: _gradients(h, ratios) for h in (0.3, 0.1)},
-    hint="a positive advantage pushes the ratio up; the clamp stops the gradient once the ratio is above "
-         "1 + clip_high, and never below 1 (the pessimistic max picks the unclipped term there).",
-    wrong=_flip_last,
+    question=f"The sampling policy gave a token probability {OLD_P}. After an update, up to what probability does "
+             "it still get gradient if its advantage is positive, and down to what probability if it is negative, "
+             "under the recipe's clip (clip_low, clip_high)? Answer (highest, lowest), 3 decimals.",
+    truth=_clip_window,
+    hint="the ratio is p_new / p_old. A positive advantage pushes it up, and the clamp stops the gradient once it "
+         "passes 1 + clip_high; a negative one pushes it down, stopped below 1 - clip_low. On the other side the "
+         "pessimistic max keeps the unclipped term.",
+    wrong=lambda right: (OLD_P * (1 + RLConfig.clip_low), right[1]),  # PPO's symmetric bound: clip-higher missed
+    same=_within(1.5e-3),
 ))
 
 
-def _advantages(rewards) -> list[float]:
+def _advantages_of(successes: int = 2, group: int = 8) -> dict[str, tuple[float, float]]:
+    """{mode: (a right sample's advantage, a wrong one's)} for a group with `successes` right of `group`."""
     import torch
 
-    return dapo.group_advantages(torch.tensor([list(map(float, rewards))]))[0].tolist()
+    rewards = torch.tensor([[1.0] * successes + [0.0] * (group - successes)])
+    out = {}
+    for mode in ("grpo", "dr_grpo"):
+        adv = dapo.advantages(rewards, mode)[0].tolist()
+        out[mode] = (adv[0], adv[-1])
+    return out
 
 
 register(Exercise(
     id="04.advantages",
-    question="A group of four samples is rewarded [1, 0, 0, 0]. What are the four advantages (3 decimals will do)?",
-    truth=lambda rewards=(1, 0, 0, 0): _advantages(rewards),
-    hint="(reward - the group's mean) / the group's standard deviation, the population one (unbiased=False).",
-    wrong=lambda right: [-x for x in right],
-    same=lambda a, b: len(a) == len(b) and all(abs(x - y) < 1e-3 for x, y in zip(a, b)),
+    question="A group of 8 samples has 2 right answers. What advantage does a right sample and a wrong sample get "
+             "under GRPO (standardised) and under the recipe's Dr. GRPO? Answer {\"grpo\": (right, wrong), "
+             "\"dr_grpo\": (right, wrong)}, 3 decimals.",
+    truth=_advantages_of,
+    hint="Dr. GRPO: reward minus the group's mean. GRPO divides that by the group's standard deviation, the "
+         "population one (unbiased=False).",
+    wrong=lambda right: {"grpo": right["dr_grpo"], "dr_grpo": right["grpo"]},
+    same=lambda a, b: a.keys() == b.keys() and all(_within(1e-3)(a[k], b[k]) for k in b),
 ))
 
 
@@ -70,25 +93,29 @@ register(Exercise(
 ))
 
 
-def _grad_tokens(loss_mask, adv, ratio, clip_low: float, clip_high: float) -> list[int]:
-    """Per rollout, the tokens whose loss still has a gradient: in the mask, an advantage that is not 0,
-    and a ratio the clamp has not cut in the direction the advantage pushes it."""
+def _symmetric_grad_tokens(loss_mask, adv, ratio, clip_low: float) -> list[int]:
+    """Per rollout, the tokens that get gradient at these ratios under a symmetric clip (clip_high = clip_low):
+    the library's loss, differentiated, at log-ratio `log(ratio)` against an old policy of 0."""
     import torch
 
-    adv = torch.as_tensor(adv).to(ratio.device).unsqueeze(1)  # [G, 1]
-    cut = ((adv > 0) & (ratio > 1 + clip_high)) | ((adv < 0) & (ratio < 1 - clip_low))  # [G, T]
-    return (loss_mask.bool() & (adv != 0) & ~cut).sum(dim=1).tolist()  # [G]
+    logp = torch.log(ratio.detach().double().cpu()).requires_grad_()
+    mask = torch.as_tensor(loss_mask).cpu().float()
+    adv = torch.as_tensor(adv).detach().double().cpu()
+    loss, _ = dapo.dapo_token_loss(logp, torch.zeros_like(logp), adv, mask, clip_low, clip_low)
+    loss.backward()
+    return (logp.grad != 0).sum(dim=1).tolist()
 
 
 register(Exercise(
     id="04.grad_tokens",
-    question="In the last of the K mini-batches of the update by hand (`ratio`, after K - 1 steps), how many tokens "
-             "of each rollout still get gradient? Count them from `loss_mask`, `adv` and `ratio` alone, without a "
-             "backward pass. Answer one count per rollout.",
-    truth=_grad_tokens,
+    question="In the last of the K optimizer steps of the clip cell (`ratio`, after K - 1 steps), how many tokens "
+             "of each rollout would get gradient under PPO's symmetric clip (clip_high = clip_low), where the "
+             "recipe's clip-higher keeps more? Count them from `loss_mask`, `adv` and `ratio` without a backward "
+             "pass. Answer one count per rollout.",
+    truth=_symmetric_grad_tokens,
     hint="a token gets gradient when it is in the loss mask, its rollout's advantage is not 0, and the clamp did "
-         "not cut it: a positive advantage loses it above 1 + clip_high, a negative one below 1 - clip_low (on "
-         "the other side the pessimistic max keeps the unclipped term).",
+         "not cut it: a positive advantage loses it above 1 + clip_low here, a negative one below 1 - clip_low "
+         "(on the other side the pessimistic max keeps the unclipped term).",
     wrong=lambda right: [right[0] + 1, *right[1:]],
 ))
 

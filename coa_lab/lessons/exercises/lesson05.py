@@ -1,4 +1,4 @@
-"""Lesson 05's exercises: the unbiased pass@k, tasks solved at least once, and what a gain over
+"""Lesson 05's exercises: the unbiased pass@k, tasks whose samples disagree, and what a gain over
 the same tasks is worth (won/lost/tied, the paired standard error)."""
 
 from __future__ import annotations
@@ -36,17 +36,22 @@ register(Exercise(
 ))
 
 
-def _solved_once(records) -> int:
-    return len({r.task_id for r in records if r.reward == 1.0})
+def _mixed_tasks(records) -> int:
+    """Tasks whose samples disagree: at least one right and one wrong."""
+    rewards: dict[str, set] = {}
+    for r in records:
+        rewards.setdefault(r.task_id, set()).add(r.reward == 1.0)
+    return sum(len(seen) == 2 for seen in rewards.values())
 
 
 register(Exercise(
-    id="05.solved_once",
-    question="In the test-time scaling run (`sampled`, K samples per task), on how many held-out tasks was at "
-             "least one of the K samples right?",
-    truth=_solved_once,
-    hint="group sampled.records by task_id; a task counts once if any of its records has reward 1.0 "
-         "(pass@K x the number of tasks is the same count).",
+    id="05.mixed_tasks",
+    question="In the test-time scaling run (`sampled`, K samples per task), on how many held-out tasks did the K "
+             "samples disagree: at least one right and at least one wrong? (A DAPO group of these samples is one "
+             "dynamic sampling keeps.)",
+    truth=_mixed_tasks,
+    hint="group sampled.records by task_id; a task counts when some of its records have reward 1.0 and some do "
+         "not. Neither pass@K nor pass@1 alone gives this count.",
     wrong=lambda right: right + 1,
 ))
 

@@ -1,4 +1,4 @@
-"""Lesson 06's exercises, read off the memory planner: what sharding does not divide, what gradient
+"""Lesson 06's exercises, read off the memory planner: how much of a GPU sharding cannot divide, what gradient
 checkpointing saves, and what the chunked LM head saves on each preset."""
 
 from __future__ import annotations
@@ -11,25 +11,25 @@ from coa_lab.planning.memory_plan import plan
 TERMS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib")
 
 
-def _stops_shrinking(preset_name: str = "multinode-32b", gpus=(8, 16, 64)) -> list[str]:
-    plans = [plan(get_preset(preset_name), g).to_dict() for g in gpus]
-    return [t for t in TERMS if len({p[t] for p in plans}) == 1]
-
-
-def _names(terms) -> set[str]:
-    """"activations" and "activations_gib" name the same term."""
-    return {str(t).removesuffix("_gib") for t in terms}
+def _per_sequence_share(preset_name: str = "multinode-32b", gpus=(8, 128)) -> list[float]:
+    """Per GPU count, the share of the five training terms that is per sequence (activations + logits)."""
+    shares = []
+    for g in gpus:
+        p = plan(get_preset(preset_name), g).to_dict()
+        shares.append((p["activations_gib"] + p["logits_gib"]) / sum(p[t] for t in TERMS))
+    return shares
 
 
 register(Exercise(
-    id="06.stops_shrinking",
-    question="Plan the 32B preset (multinode-32b) on 8, 16 and 64 GPUs: which training-memory terms do not "
-             "shrink as GPUs are added? Answer a list of term names, e.g. [\"weights_gib\"].",
-    truth=_stops_shrinking,
+    id="06.per_sequence_share",
+    question="Plan the 32B preset (multinode-32b) on 8 and on 128 GPUs: what share of each GPU's training memory "
+             "(the five terms weights, gradients, optimizer, activations, logits) is per sequence rather than per "
+             "parameter? Answer [share at 8, share at 128], 3 decimals.",
+    truth=_per_sequence_share,
     hint="ZeRO-3 divides what is per parameter (weights, gradients, optimizer states) by the GPUs; what is per "
-         "sequence stays whole on every GPU. Compare plan(p, 8), plan(p, 16) and plan(p, 64) term by term.",
-    wrong=lambda right: sorted(right)[1:],  # one of them missed
-    same=lambda a, b: _names(a) == _names(b),
+         "sequence (activations, logits) stays whole on every GPU. plan(p, 8) and plan(p, 128), term by term.",
+    wrong=lambda right: [1 - x for x in right],  # the per-parameter share
+    same=lambda a, b: len(a) == len(b) and all(abs(float(x) - float(y)) <= 1e-3 for x, y in zip(a, b)),
 ))
 
 

@@ -45,7 +45,8 @@ def check_calls(nb) -> dict[str, ast.Call]:
 
 
 def self_test_cells(nb) -> list[str]:
-    """One code cell per exercise: its solution must pass its check, a near-miss must not."""
+    """One code cell per exercise: no object the lesson holds before the solution already equals the answer
+    (`echoes`), its solution must pass its check, and a near-miss must not."""
     calls, sols = check_calls(nb), solutions(nb)
     cells = []
     for ex_id, call in calls.items():
@@ -53,7 +54,11 @@ def self_test_cells(nb) -> list[str]:
             raise ValueError(f"{ex_id}: the check's answer must be a variable: check({ex_id!r}, answer_x, ...)")
         var, line = call.args[1].id, ast.unparse(call)
         context = "".join(f", {ast.unparse(k)}" for k in call.keywords)
-        cells.append(f"{sols[ex_id]}\n"
+        truth = f"EXERCISES[{ex_id!r}].truth({context[2:]})"
+        cells.append(f"from coa_lab.lessons.exercises.registry import EXERCISES, echoes\n"
+                     f"_held = echoes(globals(), {truth}, skip={var!r})\n"
+                     f"assert not _held, ('{ex_id} can be passed by echoing what the lesson holds', _held)\n"
+                     f"{sols[ex_id]}\n"
                      f"_verdict = {line}\nassert _verdict.ok, ('the solution of {ex_id} fails its check', _verdict)\n"
                      f"{var} = wrong_answer({ex_id!r}{context})\n"
                      f"_verdict = {line}\nassert not _verdict.ok, ('a wrong answer passes {ex_id}', _verdict)\n"
