@@ -39,7 +39,8 @@ def cell_sources() -> dict[str, str]:
 def sampled():
     """The notebook's namespace after its group cell: the embedded model with a fresh LoRA as the
     policy, one group of 4 drawn by the int8-attention copy. The rate is 1e-3 and K is 3 (the lesson: the
-    recipe's rate, K = 8), so that ratios reach both clip bands within a few steps at a test's cost."""
+    recipe's rate, K = 8), so that ratios reach both clip bands within a few steps at a test's cost. Its own cost
+    (loading the model, quantizing the sampler's copy, sampling the group) is reported as the first test's."""
     from coa_lab.generation.models import load_model
     from coa_lab.pipeline import draw_tasks, make_tools
 

@@ -126,6 +126,10 @@ def _scannable(value: Any) -> bool:
         return False
     if isinstance(value, (float, list, tuple, dict)):
         return True
-    size = getattr(value, "numel", None) or getattr(value, "size", None)
-    size = size() if callable(size) else size
-    return hasattr(value, "tolist") and isinstance(size, int) and size <= 10_000
+    if isinstance(value, type) or not hasattr(value, "tolist") or not hasattr(type(value), "tolist"):
+        return False  # modules (torch.tolist is no method of an object), classes, everything without values
+    try:
+        size = value.numel() if hasattr(value, "numel") else value.size
+        return isinstance(size, int) and size <= 10_000
+    except Exception:  # noqa: BLE001 -- an object that cannot say its size is not scanned
+        return False
