@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from coa_lab import distributed
+from coa_lab import distributed, throughput
 from coa_lab.capture.recorder import CaptureError, capture_runs, make_teacher, teacher_name
 from coa_lab.capture.teacher import load_runs
 from coa_lab.config import Preset
@@ -169,7 +169,10 @@ def capture(preset: Preset, run: Path, resume: bool = True) -> dict:
                "failed": result.failed, "dropped_torn_line": result.dropped_torn_line,
                # on the capture tasks (max_hops): tokens, agent calls and tool calls per task and
                # per success, overall and per benchmark
-               "success": teacher_eval([r for r in runs if r.task_id in one_hop], key_of)}
+               "success": teacher_eval([r for r in runs if r.task_id in one_hop], key_of),
+               # the teacher's generated tokens over the capture's time (a resumed capture's time is its own part only)
+               "generated": throughput.rates({"rollouts": len(runs), "tokens": sum(
+                   a.completion_tokens for r in runs for a in r.activations)}, None if result.resumed else result.seconds)}
     if multi:
         ids = {t.id for t in multi}
         mkey = {t.id: key for key, ts in by_benchmark(multi, c.multi_hop_tasks).items() for t in ts}
@@ -248,7 +251,7 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
     _free_the_card()  # an engine left by capture (or another share) is never the one RL was planned with
     preset = _engine_share(preset)
 
-    t0 = time.time()
+    t0, generated = time.time(), throughput.mark()
     # Under `accelerate launch` every rank runs this stage: they screen the pool together
     # (each its share of the samples) and train data-parallel; rank 0 writes the files.
     distributed.init()
@@ -293,6 +296,7 @@ def rl(preset: Preset, run: Path, resume: bool = False, reuse_pool: bool = False
                "pool_candidates": len(candidates), "pool_histogram": report.histogram,
                "pool_rollouts": report.rollouts,
                "pool_fallback": fallback, "pool_seconds": screen_seconds, "seconds": round(time.time() - t0, 1)}
+    summary["generated"] = throughput.since(generated, summary["seconds"])  # screening's rollouts and training's
     if distributed.is_main():
         write_json(run / "rl" / "summary.json", summary)
     return summary
@@ -351,7 +355,7 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
     teacher_preset = preset if preset.capture.teacher_url else _engine_alone(preset, preset.capture.teacher_model)
     preset = _engine_alone(preset)
 
-    t0 = time.time()
+    t0, generated = time.time(), throughput.mark()
     done = run / "eval" / "done"
     if not resume:
         shutil.rmtree(done, ignore_errors=True)
@@ -387,6 +391,8 @@ def evaluate_stage(preset: Preset, run: Path, which: tuple[str, ...] = ("base", 
         seconds["teacher"] = kept["seconds"]
         earlier += kept["seconds"] if again else 0.0
     out["seconds_by_system"] = seconds
+    # the students' rollouts this start generated, over this start's time (systems read back cost neither)
+    out["generated"] = throughput.since(generated, time.time() - t0, across_ranks=False)
     out["seconds"] = round(time.time() - t0 + earlier, 1)
     write_json(run / "eval" / "summary.json", out)
     return out

@@ -294,19 +294,22 @@ def _rl_gain_row(gain: float | None, pg: dict | None) -> str:
 
 
 def _stage_lines(cap, dis, sft, rl, ev, ctl=None) -> list[str]:
-    """One row per stage that ran: its key figures and its seconds."""
+    """One row per stage that ran: its key figures, its seconds and its throughput (rollouts/s, tokens/s; the
+    machine's matmul probe is the line above the table)."""
     rows = []
     if cap:
         rows.append(("capture", f"{cap['runs']} teacher runs, {cap['activations']} agent activations, "
                      f"{cap['tool_calls']} tool calls (teacher: {cap['teacher']}); success "
-                     + ", ".join(f"{k} {_fmt(v['accuracy'], 2)}" for k, v in cap.get("success", {}).items()), cap["seconds"]))
+                     + ", ".join(f"{k} {_fmt(v['accuracy'], 2)}" for k, v in cap.get("success", {}).items()), cap["seconds"],
+                     *_rates(cap.get("generated"))))
     if dis:
         kept = ", ".join(f"{k}: {v}" for k, v in sorted(dis["kept_by_source"].items())) or "none"
-        rows.append(("distill", f"{dis['input']} trajectories in, {dis['kept']} kept ({kept})", dis["seconds"]))
+        rows.append(("distill", f"{dis['input']} trajectories in, {dis['kept']} kept ({kept})", dis["seconds"], "–", "–"))
     if sft:
         rows.append(("sft", f"{sft['examples']} examples, loss {_fmt(sft['first_loss'])} → {_fmt(sft['last_loss'])}, "
                      f"{sft['trained_tokens']} trained tokens, {sft['masked_observation_tokens']} observation tokens masked",
-                     sft["seconds"]))
+                     sft["seconds"], "–", _fmt(sft["trained_tokens"] / sft["seconds"], 0) + " trained"
+                     if sft.get("seconds") else "–"))
     if rl and rl["metrics"]:
         m = rl["metrics"]
         kept = sum(x["kept_groups"] for x in m)
@@ -315,17 +318,24 @@ def _stage_lines(cap, dis, sft, rl, ev, ctl=None) -> list[str]:
                 f"{rl.get('pool_histogram', {})}" + (" (too few mixed: all candidates used)" if rl.get("pool_fallback") else ""))
         anchors = f", {rl['anchors']} always-solved anchors" if rl.get("anchors") else ""
         rows.append(("rl", f"{len(m)} DAPO steps{pool}{anchors}; {kept}/{sampled} groups kept by dynamic sampling "
-                     f"(screening took {_fmt(rl.get('pool_seconds'), 0)} s)", rl["seconds"]))
+                     f"(screening took {_fmt(rl.get('pool_seconds'), 0)} s)", rl["seconds"], *_rates(rl.get("generated"))))
     if ctl and ctl["metrics"]:
         rows.append(("control", f"the RL stage with the policy gradient off: {len(ctl['metrics'])} steps of the SFT "
-                     "mix alone, nothing sampled", ctl["seconds"]))
+                     "mix alone, nothing sampled", ctl["seconds"], "–", "–"))
     if ev:
         rows.append(("eval", f"base, SFT, RL (and control) single models on {sum(v['tasks'] for v in ev.get('base', {}).values())} "
                      "held-out tasks; the teacher on the headline ones"
                      + (" (seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in ev["seconds_by_system"].items()) + ")"
-                        if ev.get("seconds_by_system") else ""), ev["seconds"]))
-    return (["## Stages", "", "| stage | key figures | seconds |", "|---|---|---|"]
-            + [f"| {a} | {b} | {c} |" for a, b, c in rows])
+                        if ev.get("seconds_by_system") else ""), ev["seconds"], *_rates(ev.get("generated"))))
+    return (["## Stages", "", "| stage | key figures | seconds | rollouts/s | tokens/s |", "|---|---|---|---|---|"]
+            + ["| " + " | ".join(str(x) for x in row) + " |" for row in rows])
+
+
+def _rates(generated: dict | None) -> tuple[str, str]:
+    """A stage's rollouts/s and generated tokens/s (coa_lab/throughput.py), "–" where it has none."""
+    if not generated or "rollouts_per_s" not in generated:
+        return "–", "–"
+    return _fmt(generated["rollouts_per_s"], 2), _fmt(generated["tokens_per_s"], 0)
 
 
 def _rl_step_lines(metrics: list[dict]) -> list[str]:

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from coa_lab import distributed, protocol
+from coa_lab import distributed, protocol, throughput
 from coa_lab.config import GenerationConfig
 from coa_lab.generation.chat_prompt import chat_prompt_ids
 from coa_lab.progress import progress_bar
@@ -86,6 +86,7 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
             r.finish = "max_turns"
     bar.update(len(rollouts) - bar.n)
     bar.close()
+    throughput.count(len(rollouts), sum(r.policy_tokens for r in rollouts))  # the stage's rollouts/s and tokens/s
     return rollouts
 
 

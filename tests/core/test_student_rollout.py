@@ -147,3 +147,18 @@ def test_tool_output_is_escaped_in_rollouts_exactly_as_distill_escapes_it(tok):
     assert "‹/answer›" in rollout_obs and "‹observation›" in rollout_obs and "x < 3" in rollout_obs
     assert r.finish == "answer" and protocol.final_answer(r.text) == "42"
     assert len(protocol.observation_spans(r.text)) == 1
+
+
+def test_run_coa_counts_its_rollouts_and_their_policy_tokens_for_the_stage_throughput(tok):
+    from coa_lab import throughput
+
+    gen = Scripted(tok, [
+        "<think>multiply</think>\n<code>\n```python\nprint(6 * 7)\n```\n</code>",
+        "<think>it is 42</think>\n<answer>\\boxed{42}</answer>",
+    ])
+    before = throughput.mark()
+    rollouts = run_coa(gen, [MATH], build_tools(["code"]), GenerationConfig(max_turns=3), samples=2)
+    got = throughput.since(before)
+    assert got["rollouts"] == len(rollouts) == 2
+    assert got["tokens"] == sum(sum(r.response_mask) for r in rollouts)
+    assert got["tokens"] < sum(len(r.response_ids) for r in rollouts)  # the observations are the tool's, not counted

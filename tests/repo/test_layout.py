@@ -14,7 +14,8 @@ LONG_MODULE_ALLOWED: dict[str, str] = {}
 # read (and tested) without what is built on top of it. Named by coa_lab's top-level entries.
 FLOORS: list[tuple[str, set[str]]] = [
     ("the format and the settings everything reads",
-     {"field_types", "paths", "config", "protocol", "prompts", "trajectories", "progress", "published", "distributed"}),
+     {"field_types", "paths", "config", "protocol", "prompts", "trajectories", "progress", "throughput", "published",
+      "distributed"}),
     ("what a rollout acts with: tools, tasks and their scorers, generation backends",
      {"tools", "tasks", "generation"}),
     ("a model's building blocks: training math, the student's rollout loop, the teacher's capture",

@@ -268,7 +268,7 @@ CLAIMS = [
     ("06", r"The plan runs from (\d+)% under to (\d+)% over the measured peaks", calibration_range),
     # 07 · Ablations (read here, owned by the lead)
     ("07", r"s \((\d+) minutes, Run 4 included\)", lambda: notebook_full_minutes("07")),
-    ("07", r"Five RL runs of (\d+) steps x (\d+) questions x (\d+) samples",
+    ("07", r"Four RL runs of (\d+) steps x (\d+) questions x (\d+) samples",
      lambda: (lambda rl: (rl["steps"], rl["prompts_per_step"], rl["group_size"]))(
          code_value("07", r"rl=(\{\"steps\"[^}]*\})"))),
     ("07", r"from one seed of a (\d+)-epoch student", lambda: code_value("07", r"sft=\{\"epochs\": (\d+)\}")),
