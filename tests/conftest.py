@@ -41,10 +41,11 @@ def import_benchmark(name: str):
     return importlib.import_module(f"benchmarks.{name}")
 
 
-# vLLM's CPU engine takes ~2.5 GiB a test process (its EngineCore and worker beside the test); four
-# xdist workers each starting one beside the 32B preset's two ranks ran a 24 GiB CI machine out of
-# memory, and an engine died mid-evaluation (EngineDeadError). A module marked `vllm_engine` waits
-# for one of two slots, held across xdist workers by a file lock in the run's shared temp folder.
+# vLLM's CPU engine declares itself dead when one model step takes over VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS;
+# with every xdist worker running a model beside it, gpu-3b-qlora's shrunk run hit the 300 s default
+# ("RPC call to execute_model timed out", EngineDeadError). The lab's CPU engine now allows an hour
+# (generation/vllm_engine.py); besides, a module marked `vllm_engine` waits for one of two slots, held across
+# xdist workers by a file lock in the run's shared temp folder, so that no more engines load the cores at once.
 VLLM_SLOTS = 2
 
 

