@@ -1,17 +1,19 @@
-"""Benchmark evaluation throughput: every suite in one rollout pass vs one pass per suite.
+"""Benchmark evaluation of one system: every readout in one pass vs a pass per readout.
 
-Run:  python -m benchmarks.bench_eval [--adapter DIR] [--repeats 1]
+Run:  python -m benchmarks.bench_eval [--adapter DIR] [--repeats 1] [--scale 1.0]
 Writes runs/bench/eval.json (under COA_LAB_RUNS if set; benchmarks/results.py).
 
-The demo's held-out mix (cpu-tiny's eval.tasks: 144 arithmetic, 48 look-ups, 4 GSM8K, 4 HotpotQA)
-rolled out greedily by the same policy (default: the demo's SFT adapter when `make demo` has
-written it), two ways, alternating in one run:
-  1. one pass over all 200 tasks (what `evaluate` does: at most gen.batch_size rows at once,
-     waiting prompts taking the slots finished rows free);
-  2. one pass per suite (what it did before: 144, 48, 4 and 4 tasks).
-A decode step reads every weight whatever the batch width, so the narrow passes cost nearly as
-much per step as the wide one. Reported: tasks per minute both ways, their ratio, and how many
-final answers agree (greedy both ways; batch composition can flip a near-tie token).
+What the demo's evaluation reads of each adapter (cpu-tiny's eval: greedy on the test mix and
+on the validation mix, and eval.control_samples samples at rl.temperature on the headline tasks),
+rolled out by the same policy (default: the demo's SFT adapter when `make demo` has written
+it), two ways, alternating in one run:
+  1. one pass (`evaluate_readouts`, what pipeline._evaluate_system does): the union of the three
+     readouts' rows, each at its own temperature; a task's greedy and sampled rows share one
+     prompt, prefilled once;
+  2. a pass per readout (what evaluation did before: `evaluate` three times).
+Reported: seconds both ways, their ratio, and how many greedy final answers agree (greedy both
+ways; under bf16 batch composition can flip a near-tie token: exact equality is for fp32,
+COA_LAB_CPU_BF16=0). The sampled rows draw differently in a mixed batch and are not compared.
 """
 
 from __future__ import annotations
@@ -21,15 +23,27 @@ import sys
 import time
 from pathlib import Path
 
-
 from benchmarks.results import demo_adapter, save  # noqa: E402
 
 from coa_lab import protocol  # noqa: E402
-from coa_lab.student_rollout import run_coa  # noqa: E402
 from coa_lab.config import get_preset  # noqa: E402
+from coa_lab.evaluate import Readout, evaluate, evaluate_readouts  # noqa: E402
 from coa_lab.generation.llm import make_generator  # noqa: E402
-from coa_lab.pipeline import by_benchmark, draw_tasks, make_tools  # noqa: E402
 from coa_lab.machine import machine_peak  # noqa: E402
+from coa_lab.pipeline import by_benchmark, draw_tasks, make_tools  # noqa: E402
+
+
+def readouts_of(preset, scale: float) -> dict[str, Readout]:
+    """The demo's three readouts of one adapter, each mix scaled by `scale` (at least 1 task a key)."""
+    tiny = get_preset("cpu-tiny").eval
+    mix = {k: max(1, round(v * scale)) for k, v in tiny.tasks.items()}
+    val_mix = {k: max(1, round(v * scale)) for k, v in tiny.val_tasks.items()}
+    test = by_benchmark(draw_tasks(preset, mix, "test"), mix)
+    val = by_benchmark(draw_tasks(preset, val_mix, "val"), val_mix)
+    headline = {key: test[key] for key in tiny.headline if key in test}
+    greedy_t = preset.eval.temperature
+    return {"test": Readout(test, 1, greedy_t), "val": Readout(val, 1, greedy_t),
+            "sampled": Readout(headline, tiny.control_samples, preset.rl.temperature)}
 
 
 def main() -> int:
@@ -37,45 +51,42 @@ def main() -> int:
     ap.add_argument("--adapter", type=Path, default=None)
     ap.add_argument("--preset", default="cpu-tiny")
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the demo's eval mix (smoke tests)")
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the demo's eval mixes (smoke tests)")
     args = ap.parse_args()
     preset = get_preset(args.preset)
-    mix = {k: max(1, round(v * args.scale)) for k, v in get_preset("cpu-tiny").eval.tasks.items()}
-    groups = by_benchmark(draw_tasks(preset, mix, "eval"), mix)
-    tasks = [t for ts in groups.values() for t in ts]
+    readouts = readouts_of(preset, args.scale)
     tools = make_tools(preset)
     adapter = demo_adapter(args.adapter)
     generator = make_generator(preset, adapter)
-    t = preset.eval.temperature
-    print(f"{len(tasks)} tasks {mix}, adapter {adapter or '(none: base model)'}, batch {preset.gen.batch_size}")
+    rows = {name: sum(len(ts) for ts in r.tasks_by_suite.values()) * r.samples for name, r in readouts.items()}
+    print(f"rows per readout {rows}, adapter {adapter or '(none: base model)'}, batch {preset.gen.batch_size}")
 
     def one_pass():
-        return run_coa(generator, tasks, tools, preset.gen, temperature=t)
+        return evaluate_readouts(generator, readouts, tools, preset)
 
-    def per_suite():
-        return [r for ts in groups.values() for r in run_coa(generator, ts, tools, preset.gen, temperature=t)]
+    def per_readout():
+        return {name: evaluate(generator, r.tasks_by_suite, tools, preset, label=name, samples=r.samples,
+                               temperature=r.temperature) for name, r in readouts.items()}
 
-    seconds = {"one_pass": [], "per_suite": []}
-    answers = {}
+    seconds: dict[str, list[float]] = {"one_pass": [], "per_readout": []}
+    greedy: dict[str, list] = {}
     for _ in range(args.repeats):
-        for name, fn in (("one_pass", one_pass), ("per_suite", per_suite)):
+        for name, fn in (("one_pass", one_pass), ("per_readout", per_readout)):
             t0 = time.perf_counter()
-            rollouts = fn()
+            results = fn()
             seconds[name].append(time.perf_counter() - t0)
-            answers[name] = [protocol.final_answer(r.text) for r in rollouts]
-            print(f"  {name:9s}: {seconds[name][-1]:7.1f} s")
+            greedy[name] = [protocol.final_answer(rec.text) for label in ("test", "val") for rec in results[label].records]
+            print(f"  {name:11s}: {seconds[name][-1]:7.1f} s")
     best = {k: min(v) for k, v in seconds.items()}
-    same = sum(a == b for a, b in zip(answers["one_pass"], answers["per_suite"]))
+    same = sum(a == b for a, b in zip(greedy["one_pass"], greedy["per_readout"]))
     result = {
-        "tasks": len(tasks), "mix": mix, "adapter": str(adapter) if adapter else None,
-        "one_pass_seconds": round(best["one_pass"], 1), "per_suite_seconds": round(best["per_suite"], 1),
-        "one_pass_tasks_per_minute": round(60 * len(tasks) / best["one_pass"], 1),
-        "per_suite_tasks_per_minute": round(60 * len(tasks) / best["per_suite"], 1),
-        "speedup": round(best["per_suite"] / best["one_pass"], 2),
-        "same_final_answers": f"{same}/{len(tasks)}", "machine": machine_peak(preset),
+        "rows": rows, "adapter": "the demo's SFT adapter" if adapter and args.adapter is None else (str(adapter) if adapter else None),
+        "one_pass_seconds": round(best["one_pass"], 1), "per_readout_seconds": round(best["per_readout"], 1),
+        "speedup": round(best["per_readout"] / best["one_pass"], 2),
+        "same_greedy_answers": f"{same}/{len(greedy['one_pass'])}", "machine": machine_peak(preset),
     }
-    print(f"eval throughput: {result['one_pass_tasks_per_minute']} tasks/min in one pass, "
-          f"{result['per_suite_tasks_per_minute']} per suite ({result['speedup']}x); same answers {same}/{len(tasks)}")
+    print(f"evaluation of one adapter: {result['one_pass_seconds']} s in one pass, {result['per_readout_seconds']} s "
+          f"a pass per readout ({result['speedup']}x); same greedy answers {result['same_greedy_answers']}")
     save("eval", result)
     return 0
 

@@ -238,7 +238,7 @@ def profile_update(model, tok, preset, context: int, prompt_len: int, device: De
 def decode_run(model, tok, batch: int, new_tokens: int, compute=contextlib.nullcontext) -> dict:
     """The lab's decoder vs transformers `generate`: the same prompts, greedy, N tokens a row, best
     of two runs per arm. Also the lab's decoder with autocast re-casting every frozen weight at
-    every step (as before decoding.frozen_linears_in_autocast_dtype held them in bf16): the suspect
+    every step (as before decode_numerics.frozen_linears_in_autocast_dtype held them in bf16): the suspect
     for its x0.48 of `generate` on the H200, which the H100 run traced to the order of measurement
     (docs/gpu-validation.md)."""
     from benchmarks.bench_decode import hf_generate, lab_decode

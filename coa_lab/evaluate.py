@@ -61,6 +61,15 @@ class EvalResult:
         return {name: asdict(s) for name, s in self.suites.items()}
 
 
+@dataclass(frozen=True)
+class Readout:
+    """One reading of a system: tasks by suite, sampled `samples` times each at `temperature`."""
+
+    tasks_by_suite: dict[str, list]
+    samples: int = 1
+    temperature: float = 0.0
+
+
 def evaluate(generator, tasks_by_suite: dict[str, list], tools, preset: Preset, label: str = "model",
              samples: int | None = None, temperature: float | None = None) -> EvalResult:
     """`temperature`: the sampling temperature as given (the arms readout samples at RL's own,
@@ -68,15 +77,34 @@ def evaluate(generator, tasks_by_suite: dict[str, list], tools, preset: Preset, 
     k = samples or preset.eval.samples
     if temperature is None:
         temperature = preset.eval.temperature if k == 1 else max(preset.eval.temperature, 0.6)
-    result = EvalResult(label)
-    # every suite in ONE rollout pass: a decode step costs nearly as much at 4 rows as at 36
-    # (it reads every weight either way), so four passes of 48, 16, 4 and 4 rows cost far more
-    # than one of 72 (docs/results.md, "Speed")
-    every = [t for tasks in tasks_by_suite.values() for t in tasks]
-    all_rollouts = run_coa(generator, every, tools, preset.gen, samples=k, temperature=temperature,
-                           progress=f"eval {label}")
+    return evaluate_readouts(generator, {label: Readout(tasks_by_suite, k, temperature)}, tools, preset)[label]
+
+
+def evaluate_readouts(generator, readouts: dict[str, Readout], tools, preset: Preset) -> dict[str, EvalResult]:
+    """Every readout of one system (greedy on test and validation, k samples on the headline
+    tasks) in ONE rollout pass over their union, each row at its readout's temperature: a decode
+    step costs nearly as much at 4 rows as at 36 (it reads every weight either way), and a task's
+    greedy and sampled rows share one prompt, which the decoder prefills once for all of them
+    (docs/results.md, "Speed"). Returns an EvalResult per readout label."""
+    tasks, samples, temperature, spans = [], [], [], []
+    for label, readout in readouts.items():
+        every = [t for ts in readout.tasks_by_suite.values() for t in ts]
+        spans.append((label, readout, sum(samples), len(every) * readout.samples))
+        tasks += every
+        samples += [readout.samples] * len(every)
+        temperature += [readout.temperature] * len(every)
+    labels = ", ".join(readouts)
+    all_rollouts = run_coa(generator, tasks, tools, preset.gen, samples=samples, temperature=temperature,
+                           progress=f"eval {labels}")
+    return {label: _scored(label, readout, all_rollouts[start : start + n])
+            for label, readout, start, n in spans}
+
+
+def _scored(label: str, readout: Readout, all_rollouts: list) -> EvalResult:
+    """A readout's rollouts (suite after suite, each task's samples together) scored per suite."""
+    result, k = EvalResult(label), readout.samples
     offset = 0
-    for suite, tasks in tasks_by_suite.items():
+    for suite, tasks in readout.tasks_by_suite.items():
         rollouts = all_rollouts[offset : offset + k * len(tasks)]
         offset += k * len(tasks)
         scores, valid, answered, tokens, calls = [], [], [], [], []
@@ -94,21 +122,25 @@ def evaluate(generator, tasks_by_suite: dict[str, list], tools, preset: Preset, 
                 reward=s, n_tokens=len(r.response_ids), n_tool_calls=r.tool_calls,
                 metadata={"finish": r.finish, "valid": valid[-1], "predicted": answer, "suite": suite},
             ))
-        wins = [i for i, s in enumerate(scores) if s == 1.0]
-        per_task = [scores[i * k : (i + 1) * k] for i in range(len(tasks))]
-        n = max(1, len(scores))
-        result.suites[suite] = SuiteResult(
-            suite=suite, tasks=len(tasks), samples=k,
-            accuracy=sum(scores) / n,
-            pass_at_k=sum(pass_at_k(k, sum(1 for x in t if x == 1.0), k) for t in per_task) / max(1, len(per_task)),
-            answered=sum(answered) / n,
-            format_valid=sum(valid) / n,
-            tokens_per_sample=sum(tokens) / n,
-            tokens_per_success=(sum(tokens[i] for i in wins) / len(wins)) if wins else None,
-            tool_calls_per_success=(sum(calls[i] for i in wins) / len(wins)) if wins else None,
-            tool_calls_per_sample=sum(calls) / n,
-        )
+        result.suites[suite] = _suite_result(suite, len(tasks), k, scores, answered, valid, tokens, calls)
     return result
+
+
+def _suite_result(suite: str, n_tasks: int, k: int, scores, answered, valid, tokens, calls) -> SuiteResult:
+    wins = [i for i, s in enumerate(scores) if s == 1.0]
+    per_task = [scores[i * k : (i + 1) * k] for i in range(n_tasks)]
+    n = max(1, len(scores))
+    return SuiteResult(
+        suite=suite, tasks=n_tasks, samples=k,
+        accuracy=sum(scores) / n,
+        pass_at_k=sum(pass_at_k(k, sum(1 for x in t if x == 1.0), k) for t in per_task) / max(1, len(per_task)),
+        answered=sum(answered) / n,
+        format_valid=sum(valid) / n,
+        tokens_per_sample=sum(tokens) / n,
+        tokens_per_success=(sum(tokens[i] for i in wins) / len(wins)) if wins else None,
+        tool_calls_per_success=(sum(calls[i] for i in wins) / len(wins)) if wins else None,
+        tool_calls_per_sample=sum(calls) / n,
+    )
 
 
 def save_eval(result: EvalResult, out_dir: str | Path) -> None:

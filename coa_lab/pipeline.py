@@ -24,13 +24,14 @@ from pathlib import Path
 import torch
 
 from coa_lab import distributed, throughput
+from coa_lab.capture import readout_cache
 from coa_lab.capture.recorder import CaptureError, capture_runs, make_teacher, teacher_name
 from coa_lab.capture.teacher import load_runs
 from coa_lab.config import Preset
 from coa_lab.distill.convert import run_to_coa
 from coa_lab.distill.filters import progressive_filter
 from coa_lab.distill.importers import load_imported
-from coa_lab.evaluate import evaluate, save_eval, teacher_eval
+from coa_lab.evaluate import Readout, evaluate_readouts, save_eval, teacher_eval
 from coa_lab.generation import engine_share, vllm_engine
 from coa_lab.generation.backends import resolve_backend
 from coa_lab.generation.llm import make_generator
@@ -40,7 +41,7 @@ from coa_lab.protocol import PROFILE_TOOLS
 from coa_lab.rl.checkpoint import latest_rl_checkpoint
 from coa_lab.rl.pool import PoolReport, select_pool
 from coa_lab.rl.trainer import rl_seed, train_rl
-from coa_lab.tasks.draws import draw_tasks
+from coa_lab.tasks.draws import by_benchmark, draw_tasks
 from coa_lab.tasks.records import Task
 from coa_lab.tools.registry import build_tools
 from coa_lab.training.sft import train_sft
@@ -72,15 +73,6 @@ def multi_hop_tasks(preset: Preset) -> list:
         raise ValueError(f"capture.multi_hop_tasks meets the capture tasks or the RL pool ({clash[:3]}): the train "
                          "split is too small for all three; ask for fewer")
     return tasks
-
-
-def by_benchmark(tasks: list, mix: dict[str, int]) -> dict[str, list]:
-    """Group tasks drawn with `draw_tasks(mix)` back into their "suite/benchmark" keys."""
-    out, i = {}, 0
-    for key, n in mix.items():
-        out[key] = tasks[i : i + n]
-        i += len(out[key])
-    return out
 
 
 def _in_process_engine(preset: Preset) -> bool:
@@ -412,36 +404,43 @@ def _kept_or(path: Path, evaluate_it) -> tuple[dict, bool]:
 
 def _evaluate_system(preset: Preset, label: str, adapter: Path | None, task_groups: tuple, tools, k: int,
                      run: Path) -> dict:
-    """One system (base or an adapter) greedy on the test mix and on validation, and at k samples at RL's
-    temperature on the headline tasks (k > 0: RL read against its control, where sharpening shows)."""
+    """One system (base or an adapter), every readout in one pass (evaluate_readouts): greedy on the
+    test mix and on validation, and k samples at RL's temperature on the headline tasks (k > 0: RL
+    against its control, where sharpening shows). The base model reads the test mix only: it scores
+    0.00 without SFT in every published run, so its validation would choose nothing."""
     groups, val_groups, headline = task_groups
     t1 = time.time()
-    generator = make_generator(preset, adapter)
-    result = evaluate(generator, groups, tools, preset, label=label)
-    save_eval(result, run / "eval")
-    kept = {"test": result.summary()}
-    if val_groups:
-        val_result = evaluate(generator, val_groups, tools, preset, label=f"val_{label}")
-        save_eval(val_result, run / "eval")
-        kept["val"] = val_result.summary()
-    if k:  # the policy RL trains is the sampled one: the same draws for every adapter
-        torch.manual_seed(preset.seed)
-        result = evaluate(generator, headline, tools, preset, label=f"sampled_{label}", samples=k,
-                          temperature=preset.rl.temperature)
+    k1 = preset.eval.samples
+    greedy = Readout(groups, k1, preset.eval.temperature if k1 == 1 else max(preset.eval.temperature, 0.6))
+    readouts = {label: greedy}
+    if val_groups and label != "base":
+        readouts[f"val_{label}"] = dataclasses.replace(greedy, tasks_by_suite=val_groups)
+    if k:
+        readouts[f"sampled_{label}"] = Readout(headline, k, preset.rl.temperature)
+    torch.manual_seed(preset.seed)  # the policy RL trains is the sampled one: the same draws for every adapter
+    results = evaluate_readouts(make_generator(preset, adapter), readouts, tools, preset)
+    kept = {}
+    for key, result in results.items():
         save_eval(result, run / "eval")
-        kept["sampled"] = result.summary()
-    kept["seconds"] = round(time.time() - t1, 1)
-    return kept
+        kept[{label: "test", f"val_{label}": "val", f"sampled_{label}": "sampled"}[key]] = result.summary()
+    return {**kept, "seconds": round(time.time() - t1, 1)}
 
 
 def _evaluate_teacher(teacher_preset: Preset, preset: Preset, run: Path, groups: dict, tools) -> dict:
-    """The multi-agent teacher on the headline tasks: the cost the single CoA model is compared with."""
+    """The multi-agent teacher on the headline tasks: the cost the single CoA model is compared with.
+    Read back where the same inputs were read before (capture/readout_cache.py)."""
     t1 = time.time()
-    teacher = make_teacher(teacher_preset)  # a larger teacher's engine is sized for its own weights
     tasks = [t for key in preset.eval.headline for t in groups.get(key, [])]
-    runs = capture_runs(teacher, tasks, tools, preset, run / "eval" / "teacher_runs.jsonl", resume=False).runs
+    runs_file = run / "eval" / "teacher_runs.jsonl"
+    key = readout_cache.readout_key(teacher_preset, tasks, tools.names())
+    kept = readout_cache.load(key, runs_file)
+    if kept is not None:
+        return kept
+    teacher = make_teacher(teacher_preset)  # a larger teacher's engine is sized for its own weights
+    runs = capture_runs(teacher, tasks, tools, preset, runs_file, resume=False).runs
     kept = {"teacher": teacher_eval(runs, {t.id: key for key in preset.eval.headline for t in groups.get(key, [])})}
     if getattr(teacher, "stats", None):  # a local teacher: prompt tokens sent vs really prefilled
         kept["teacher_prompt_tokens"] = dict(teacher.stats)
     kept["seconds"] = round(time.time() - t1, 1)
+    readout_cache.store(key, kept, runs_file)
     return kept

@@ -48,39 +48,41 @@ class Rollout:
         return sum(self.response_mask)
 
 
-def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int = 1,
-            temperature: float = 0.0, progress: str | None = None) -> list[Rollout]:
+def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int | list[int] = 1,
+            temperature: float | list[float] = 0.0, progress: str | None = None) -> list[Rollout]:
     """Roll out `samples` CoA trajectories per task. Returns them grouped: task0 x samples, ...
 
     temperature: each stage passes its own (eval.temperature, rl.temperature); 0 is greedy.
+    samples, temperature: one for every task, or a list with one per task (evaluation reads its
+    greedy and sampled readouts in one pass: evaluate.evaluate_readouts).
 
     tools: a ToolRegistry; each task's profile decides which of its tools are announced.
     progress: a label for a tqdm bar over finished rollouts (None: no bar).
     """
     tok = generator.tokenizer
+    per_task = lambda x: list(x) if isinstance(x, (list, tuple)) else [x] * len(tasks)  # noqa: E731
+    samples, temperature = per_task(samples), per_task(temperature)
+    if not len(samples) == len(temperature) == len(tasks):
+        raise ValueError(f"{len(samples)} sample counts and {len(temperature)} temperatures for {len(tasks)} tasks")
     rollouts: list[Rollout] = []
-    for task in tasks:
-        names = [t for t in protocol.PROFILE_TOOLS[task.profile] if t in tools]
+    row_temperature: list[float] = []
+    for task, k, t in zip(tasks, samples, temperature):
+        names = [n for n in protocol.PROFILE_TOOLS[task.profile] if n in tools]
         prompt = chat_prompt_ids(tok, task_messages(task.profile, task.question, names))
-        rollouts.extend(Rollout(task, list(prompt)) for _ in range(samples))
+        rollouts.extend(Rollout(task, list(prompt)) for _ in range(k))
+        row_temperature += [t] * k
     stops = protocol.stop_strings(tools.names())
     bar = progress_bar(total=len(rollouts), desc=progress, unit="rollout", leave=False, disable=progress is None)
     env = _CoaTurns(rollouts, tools, cfg, tok, bar)
     if hasattr(generator, "multi_turn"):
         # one pass that keeps each row's KV cache across tool turns (coa_lab.generation.decoding)
+        same = len(set(row_temperature)) <= 1
         generator.multi_turn([r.prompt_ids for r in rollouts], env.turns_ended, max_new_tokens=cfg.max_new_tokens,
-                             max_response_tokens=cfg.max_response_tokens, temperature=temperature,
+                             max_response_tokens=cfg.max_response_tokens,
+                             temperature=row_temperature[0] if same and rollouts else row_temperature,
                              top_p=cfg.top_p, stop=stops)
     else:
-        # backends that only serve one turn (vLLM, scripted test policies): re-send the prefix
-        for _turn in range(cfg.max_turns):
-            active = [i for i, r in enumerate(rollouts) if not r.done]
-            if not active:
-                break
-            prompts = [rollouts[i].prompt_ids + rollouts[i].response_ids for i in active]
-            budget = [cfg.max_response_tokens - len(rollouts[i].response_ids) for i in active]
-            gens = generator.generate(prompts, max(1, min(cfg.max_new_tokens, max(budget))), temperature, cfg.top_p, stops)
-            env.turns_ended(list(zip(active, gens)))
+        _one_turn_at_a_time(generator, rollouts, row_temperature, env, cfg, stops)
     for r in rollouts:
         if not r.done:
             r.finish = "max_turns"
@@ -88,6 +90,21 @@ def run_coa(generator, tasks: list, tools, cfg: GenerationConfig, samples: int =
     bar.close()
     throughput.count(len(rollouts), sum(r.policy_tokens for r in rollouts))  # the stage's rollouts/s and tokens/s
     return rollouts
+
+
+def _one_turn_at_a_time(generator, rollouts, row_temperature, env, cfg: GenerationConfig, stops) -> None:
+    """Backends that only serve one turn (vLLM, scripted test policies): each turn re-sends the
+    prefix, one request per temperature among the rows still going."""
+    for _turn in range(cfg.max_turns):
+        active = [i for i, r in enumerate(rollouts) if not r.done]
+        if not active:
+            break
+        for t in sorted({row_temperature[i] for i in active}):
+            rows = [i for i in active if row_temperature[i] == t]
+            prompts = [rollouts[i].prompt_ids + rollouts[i].response_ids for i in rows]
+            budget = [cfg.max_response_tokens - len(rollouts[i].response_ids) for i in rows]
+            gens = generator.generate(prompts, max(1, min(cfg.max_new_tokens, max(budget))), t, cfg.top_p, stops)
+            env.turns_ended(list(zip(rows, gens)))
 
 
 class _CoaTurns:

@@ -10,6 +10,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the teacher's readout is not kept between runs in tests: a stubbed teacher's result must never be
+# read back by a real run, nor a real one stand in for a test's stub (tests/capture/test_readout_cache.py
+# turns it on in its own cache folder)
+os.environ["COA_LAB_TEACHER_CACHE"] = "0"
 
 # Under pytest-xdist (`make test` runs `-n auto`), each worker gets its share of the cores: on a
 # 2-core machine two workers of one thread each finish more model work than one process of two

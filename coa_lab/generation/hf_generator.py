@@ -50,7 +50,7 @@ class HFGenerator:
         return out  # type: ignore[return-value]
 
     def multi_turn(self, prompts: list[list[int]], on_turn_end, *, max_new_tokens: int,
-                   max_response_tokens: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
+                   max_response_tokens: int | None = None, temperature: "float | list[float]" = 0.0, top_p: float = 1.0,
                    stop: Sequence[str] = ()) -> None:
         """Multi-turn decoding that keeps each row's KV cache across tool turns
         (coa_lab.generation.decoding.decode; `run_coa` uses it when a backend offers it)."""

@@ -27,3 +27,12 @@ def draw_tasks(preset, mix: dict[str, int], split: str, skip: dict[str, int] | N
         offset = (skip or {}).get(key, 0)
         out.extend(tasks[offset : offset + n])
     return out
+
+
+def by_benchmark(tasks: list, mix: dict[str, int]) -> dict[str, list]:
+    """Group tasks drawn with `draw_tasks(mix)` back into their "suite/benchmark" keys."""
+    out, i = {}, 0
+    for key, n in mix.items():
+        out[key] = tasks[i : i + n]
+        i += len(out[key])
+    return out

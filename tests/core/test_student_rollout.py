@@ -162,3 +162,42 @@ def test_run_coa_counts_its_rollouts_and_their_policy_tokens_for_the_stage_throu
     assert got["rollouts"] == len(rollouts) == 2
     assert got["tokens"] == sum(sum(r.response_mask) for r in rollouts)
     assert got["tokens"] < sum(len(r.response_ids) for r in rollouts)  # the observations are the tool's, not counted
+
+
+class ScriptedByTemperature(Scripted):
+    """Scripted, recording the temperature of every generate call."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.temperatures = []
+
+    def generate(self, prompts, max_new_tokens, temperature=0.0, top_p=1.0, stop=()):
+        self.temperatures.append(temperature)
+        self.calls = 0  # every call replays the first turn: one-turn answers
+        return super().generate(prompts, max_new_tokens, temperature, top_p, stop)
+
+
+def test_readouts_of_one_system_share_one_pass_each_row_at_its_readouts_temperature(tok):
+    from coa_lab.config import get_preset
+    from coa_lab.evaluate import Readout, evaluate_readouts
+
+    other = Task("t2", "What is 5 plus 1?", ["6"], "test", "math", {})
+    gen = ScriptedByTemperature(tok, ["<think>the product</think>\n<answer>\\boxed{42}</answer>"])
+    readouts = {"sft": Readout({"a": [MATH, other]}), "val_sft": Readout({"v": [other]}),
+                "sampled_sft": Readout({"h": [MATH]}, samples=3, temperature=0.7)}
+    results = evaluate_readouts(gen, readouts, build_tools(["code"]), get_preset("cpu-smoke"))
+    # a one-turn backend gets one request per temperature: the greedy rows of both readouts, then the samples
+    assert gen.temperatures == [0.0, 0.7] and [len(p) for p in gen.seen_prompts] == [3, 3]
+    assert results["sft"].suites["a"].accuracy == 0.5 and results["val_sft"].suites["v"].accuracy == 0.0
+    sampled = results["sampled_sft"].suites["h"]
+    assert sampled.samples == 3 and sampled.tasks == 1 and sampled.accuracy == 1.0
+    assert [r.task_id for r in results["sampled_sft"].records] == ["t1"] * 3
+
+
+def test_run_coa_takes_samples_and_temperatures_per_task_and_refuses_a_mismatch(tok):
+    other = Task("t2", "What is 1+1?", ["2"], "test", "math", {})
+    gen = ScriptedByTemperature(tok, ["<answer>\\boxed{42}</answer>"])
+    rs = run_coa(gen, [MATH, other], build_tools(["code"]), GenerationConfig(), samples=[2, 1], temperature=[0.5, 0.0])
+    assert [r.task.id for r in rs] == ["t1", "t1", "t2"] and sorted(gen.temperatures) == [0.0, 0.5]
+    with pytest.raises(ValueError, match="temperatures"):
+        run_coa(gen, [MATH, other], build_tools(["code"]), GenerationConfig(), temperature=[0.5])

@@ -261,3 +261,22 @@ def test_waiting_prompts_join_rows_mid_decode_exactly(model_tok, monkeypatch):
     first_decode = next(k for k, (_, t) in enumerate(widths) if t == 1)
     assert any(t > 1 for _, t in widths[first_decode:]), "no waiting prompt was prefilled while rows decoded"
     assert max(r for r, _ in widths) <= 2
+
+
+def test_rows_at_their_own_temperatures_greedy_rows_as_alone_and_only_sampled_rows_keep_logprobs(model_tok):
+    model, tok = model_tok
+    prompts = _prompts(tok, ["Say hi.", "What is 2+2?", "Name a colour."])
+    greedy = HFGenerator(model, tok, batch_size=3).generate(prompts, max_new_tokens=12)
+    out: dict[int, object] = {}
+
+    def keep(events):
+        out.update(events)
+        return [None] * len(events)
+
+    torch.manual_seed(0)
+    decode(model, tok, prompts, keep, max_new_tokens=12, temperature=[0.0, 1.0, 0.0], batch_size=3)
+    assert out[0].token_ids == greedy[0].token_ids and out[2].token_ids == greedy[2].token_ids
+    assert out[0].logprobs is None and out[2].logprobs is None
+    assert out[1].logprobs is not None and len(out[1].logprobs) == len(out[1].token_ids)
+    with pytest.raises(ValueError, match="temperatures for 3 prompts"):
+        decode(model, tok, prompts, keep, max_new_tokens=4, temperature=[0.0, 1.0], batch_size=3)

@@ -1,5 +1,5 @@
 """The decoder under autocast: frozen weights held in the autocast dtype while it decodes
-(coa_lab.generation.decoding.frozen_linears_in_autocast_dtype) change no token and no log-prob."""
+(coa_lab.generation.decode_numerics.frozen_linears_in_autocast_dtype) change no token and no log-prob."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import contextlib
 import pytest
 import torch
 
-from coa_lab.generation import decoding
+from coa_lab.generation import decode_numerics
 from coa_lab.generation.hf_generator import HFGenerator
 
 
@@ -37,7 +37,7 @@ def _bf16():
 
 def _sampled(model, tok, monkeypatch, hold: bool):
     if not hold:  # the decoder as it was: autocast re-casts every frozen weight at every step
-        monkeypatch.setattr(decoding, "frozen_linears_in_autocast_dtype", lambda m: contextlib.nullcontext(0))
+        monkeypatch.setattr(decode_numerics, "frozen_linears_in_autocast_dtype", lambda m: contextlib.nullcontext(0))
     prompts = [tok.encode(q) for q in ("What is 2 + 2?", "Who directed the film The Imp?", "Hello")]
     torch.manual_seed(1)
     gens = HFGenerator(model, tok, batch_size=3, compute=_bf16).generate(prompts, max_new_tokens=12, temperature=0.8)
@@ -62,9 +62,9 @@ def test_holding_frozen_weights_in_bf16_changes_no_token_or_logprob(tiny_lora_an
 def test_only_frozen_non_lora_linears_are_held_and_a_tied_head_gets_its_own_copy(tiny_lora_and_tokenizer):
     model, _ = tiny_lora_and_tokenizer
     base = model.base_model.model
-    with decoding.frozen_linears_in_autocast_dtype(model) as n:
+    with decode_numerics.frozen_linears_in_autocast_dtype(model) as n:
         assert n == 0  # no autocast, nothing to do
-    with _bf16(), decoding.frozen_linears_in_autocast_dtype(model) as n:
+    with _bf16(), decode_numerics.frozen_linears_in_autocast_dtype(model) as n:
         assert n == 2 * 7 + 1  # q, k, v, o, gate, up, down in each of the 2 layers, and the tied lm_head
         assert base.model.layers[0].self_attn.q_proj.base_layer.weight.dtype == torch.bfloat16
         assert base.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16

@@ -89,17 +89,20 @@ def stand_ins(monkeypatch, tmp_path):
         (out / "adapter").mkdir(parents=True, exist_ok=True)
         return types.SimpleNamespace(metrics=[{}])
 
-    def evaluate_one(generator, groups, tools, preset, label="model", **sampling):
+    def evaluate_readouts(generator, readouts, tools, preset):
         trainer = "trainer alive" if len(TRAINERS) else "no trainer"
-        EVENTS.append((f"{label} evaluated", generator.engine.share, trainer))
-        return types.SimpleNamespace(summary=lambda: {})
+        results = {}
+        for label in readouts:
+            EVENTS.append((f"{label} evaluated", generator.engine.share, trainer))
+            results[label] = types.SimpleNamespace(summary=lambda: {})
+        return results
 
     # where the pipeline's stages look them up
     monkeypatch.setattr(pipeline, "capture_runs", capture_runs)
     monkeypatch.setattr(pipeline, "train_sft", train_sft)
     monkeypatch.setattr(pipeline, "select_pool", select_pool)
     monkeypatch.setattr(pipeline, "train_rl", train_rl)
-    monkeypatch.setattr(pipeline, "evaluate", evaluate_one)
+    monkeypatch.setattr(pipeline, "evaluate_readouts", evaluate_readouts)
     monkeypatch.setattr(pipeline, "save_eval", lambda result, out: None)
     monkeypatch.setattr(pipeline, "teacher_eval", lambda runs, key_of=None: {})
     (tmp_path / "distill").mkdir()
