@@ -367,8 +367,15 @@ def _eval_lines(ev: dict) -> list[str]:
     for b, v in (ev.get("teacher") or {}).items():
         lines.append(f"| teacher (multi-agent) | {b} | {v['runs']} | {_fmt(v['accuracy'], 2)} | – | – | "
                      f"{_fmt(v['tokens_per_task'], 0)} | {_fmt(v['tokens_per_success'], 0)} | {_fmt(v['tool_calls_per_success'], 2)} |")
-    return lines + ["", "Teacher tokens count every agent's whole prompt (each agent re-reads its own context "
-                    "and worked examples); the single model's count its prompt and its whole trajectory."]
+    notes = ["", "Teacher tokens count every agent's whole prompt (each agent re-reads its own context "
+             "and worked examples); the single model's count its prompt and its whole trajectory."]
+    if ev.get("val") and "base" not in ev["val"]:
+        notes.append("The base model is read on the test split only: without SFT it scores 0.00, so a "
+                     "validation reading would choose nothing.")
+    if ev.get("cached"):
+        notes.append(f"The teacher's readout was read back from the cache (key {ev['cached']}; computed in "
+                     f"{ev.get('first_seconds')} s by the run that kept it).")
+    return lines + notes
 
 
 def _filter_lines(run: Path, dis: dict) -> list[str]:

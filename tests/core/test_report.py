@@ -149,3 +149,18 @@ def test_report_plots_the_shaped_reward_of_new_and_old_rl_metrics(tmp_path, monk
         assert (run / "rl_reward.png").exists()
         assert ("reward (shaped)", [0.25]) in plotted, name
         plotted.clear()
+
+
+def test_the_evaluation_table_states_the_base_models_cut_and_a_teacher_read_back_from_the_cache():
+    from coa_lab.report import _eval_lines
+
+    suite = {"tasks": 2, "accuracy": 0.5, "answered": 1.0, "format_valid": 1.0, "tokens_per_sample": 90.0,
+             "tokens_per_success": 80.0, "tool_calls_per_success": 1.0}
+    ev = {"base": {"math/arith": dict(suite, accuracy=0.0)}, "sft": {"math/arith": suite},
+          "val": {"sft": {"math/arith": suite}}, "cached": "0123456789ab", "first_seconds": 212.0}
+    text = "\n".join(_eval_lines(ev))
+    assert "| val_sft | math/arith |" in text and "| val_base" not in text
+    assert "base model is read on the test split only" in text
+    assert "read back from the cache (key 0123456789ab; computed in 212.0 s" in text
+    plain = "\n".join(_eval_lines({"sft": {"math/arith": suite}}))
+    assert "test split only" not in plain and "cache" not in plain
