@@ -70,13 +70,18 @@ class Readout:
     temperature: float = 0.0
 
 
+def greedy_temperature(preset: Preset, k: int) -> float:
+    """The temperature of a plain readout at k samples: eval.temperature, raised to 0.6 for k > 1."""
+    return preset.eval.temperature if k == 1 else max(preset.eval.temperature, 0.6)
+
+
 def evaluate(generator, tasks_by_suite: dict[str, list], tools, preset: Preset, label: str = "model",
              samples: int | None = None, temperature: float | None = None) -> EvalResult:
     """`temperature`: the sampling temperature as given (the arms readout samples at RL's own,
     rl.temperature); None: eval.temperature, raised to 0.6 for k > 1 samples."""
     k = samples or preset.eval.samples
     if temperature is None:
-        temperature = preset.eval.temperature if k == 1 else max(preset.eval.temperature, 0.6)
+        temperature = greedy_temperature(preset, k)
     return evaluate_readouts(generator, {label: Readout(tasks_by_suite, k, temperature)}, tools, preset)[label]
 
 

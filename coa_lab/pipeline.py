@@ -31,7 +31,7 @@ from coa_lab.config import Preset
 from coa_lab.distill.convert import run_to_coa
 from coa_lab.distill.filters import progressive_filter
 from coa_lab.distill.importers import load_imported
-from coa_lab.evaluate import Readout, evaluate_readouts, save_eval, teacher_eval
+from coa_lab.evaluate import Readout, evaluate_readouts, greedy_temperature, save_eval, teacher_eval
 from coa_lab.generation import engine_share, vllm_engine
 from coa_lab.generation.backends import resolve_backend
 from coa_lab.generation.llm import make_generator
@@ -411,7 +411,7 @@ def _evaluate_system(preset: Preset, label: str, adapter: Path | None, task_grou
     groups, val_groups, headline = task_groups
     t1 = time.time()
     k1 = preset.eval.samples
-    greedy = Readout(groups, k1, preset.eval.temperature if k1 == 1 else max(preset.eval.temperature, 0.6))
+    greedy = Readout(groups, k1, greedy_temperature(preset, k1))
     readouts = {label: greedy}
     if val_groups and label != "base":
         readouts[f"val_{label}"] = dataclasses.replace(greedy, tasks_by_suite=val_groups)
