@@ -37,6 +37,7 @@ from coa_lab.generation.decode_numerics import numeric_mode
 from coa_lab.generation.kv_cache import GrowingCache
 from coa_lab.generation.lora_merge import lora_merged as _lora_merged
 from coa_lab.generation.result import Generation
+from coa_lab.generation.sampling import sample_rows
 
 # transformers and kv_cache (built on it) are imported inside the functions that use them: the pipeline
 # imports this module (llm -> hf_generator) for stages that never decode, and transformers costs ~1 s
@@ -58,50 +59,6 @@ class _Row:
 # turn in the same step (so tools can run concurrently) and returns, per event, the tokens
 # to force next or None to finish that row.
 TurnEnd = Callable[[list[tuple[int, Generation]]], list["list[int] | None"]]
-
-
-def _sample(logits, temperature: float, top_p: float):
-    """Next tokens [B], and per row the sampled token's log-probability and the entropy of the
-    distribution it was drawn from ([B] each; None when greedy: nothing was sampled).
-
-    The distribution is softmax(logits / temperature), cut to the top-p nucleus and renormalised:
-    exactly what RL's trainer must score (training/logprobs.token_logprobs divides by the same
-    temperature). Logged per step, the gap between the two is verl's `rollout_probs_diff_mean`."""
-    if temperature <= 0:  # max's index, not argmax: the same first maximum, 4x faster over a bf16 vocab on CPU
-        return logits.max(-1).indices, None, None
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, V]
-    if top_p < 1.0:
-        probs = logp.exp()
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        # drop a token once the mass strictly before it already reaches top_p
-        drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-        probs = probs / probs.sum(-1, keepdim=True)
-        logp = torch.log(probs)  # -inf outside the nucleus
-    probs = logp.exp()
-    token = torch.multinomial(probs, 1).squeeze(-1)  # [B]
-    chosen = logp.gather(-1, token[:, None]).squeeze(-1)  # [B]
-    entropy = -(probs * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1)  # [B]; 0 * -inf -> 0
-    return token, chosen, entropy
-
-
-def _sample_rows(logits, temperatures: list[float], top_p: float):
-    """_sample with each row at its own temperature (rows sharing one are sampled together):
-    evaluation reads greedy and sampled readouts in one pass. Log-probs and entropies are 0 for
-    greedy rows (nothing was sampled; the caller keeps none for them); None when every row is."""
-    distinct = sorted(set(temperatures))
-    if len(distinct) == 1:
-        return _sample(logits, distinct[0], top_p)
-    token = torch.empty(len(temperatures), dtype=torch.long, device=logits.device)
-    chosen = torch.zeros(len(temperatures), device=logits.device)
-    entropy = torch.zeros(len(temperatures), device=logits.device)
-    for t in distinct:
-        rows = torch.tensor([i for i, x in enumerate(temperatures) if x == t], device=logits.device)
-        token[rows], lp, ent = _sample(logits[rows], t, top_p)
-        if lp is not None:
-            chosen[rows], entropy[rows] = lp, ent
-    return token, chosen, entropy
 
 
 def _stop_hit(tokenizer, turn: list[int], stops: Sequence[str], longest: int) -> bool:
@@ -394,7 +351,7 @@ def _next_tokens(rows: list[_Row], logits, top_p: float, tokenizer, ends_turn):
     """Every live row's next token: its next forced one, else one sampled from its last logits at
     the row's temperature. Returns (the tokens to feed, [(slot, Generation)] of each turn a
     sampled token ended)."""
-    sampled, chosen_lp, entropy = _sample_rows(logits, [r.temperature for r in rows], top_p)
+    sampled, chosen_lp, entropy = sample_rows(logits, [r.temperature for r in rows], top_p)
     sampled = sampled.tolist()
     chosen_lp = chosen_lp.tolist() if chosen_lp is not None else None
     entropy = entropy.tolist() if entropy is not None else None

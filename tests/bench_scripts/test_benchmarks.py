@@ -59,6 +59,16 @@ def test_eval_benchmark_compares_one_pass_with_a_pass_per_readout(tmp_path):
     assert total == out["rows"]["test"] + out["rows"]["val"] and 0 <= same <= total
 
 
+def test_sampling_benchmark_times_both_draws_and_compares_their_frequencies(tmp_path):
+    out = _bench("sampling", ["--rows", "3", "--draws", "3000", "--repeats", "2"], tmp_path)
+    (row,) = out["rows"]
+    assert row["rows"] == 3 and row["sample_ms"] > 0 and row["multinomial_sample_ms"] > 0
+    agree = out["agreement"]
+    assert agree["draws"] == 3000 and agree["support_drawn"] >= 1
+    # the same distribution: the two draws part no more than multinomial parts from itself, plus slack
+    assert agree["tv_draw_vs_multinomial"] <= 2 * agree["tv_multinomial_vs_multinomial"] + 0.02
+
+
 def test_decode_benchmark_gives_generates_greedy_tokens(tmp_path):
     out = _bench("decode", ["--batches", "1", "3", "--new-tokens", "5"], tmp_path)
     assert [r["batch"] for r in out["batches"]] == [1, 3]

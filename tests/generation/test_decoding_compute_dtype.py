@@ -11,7 +11,7 @@ import contextlib
 import pytest
 import torch
 
-from coa_lab.generation import cpu_linear, decode_numerics, decoding
+from coa_lab.generation import cpu_linear, decode_numerics
 from coa_lab.generation.hf_generator import HFGenerator
 from coa_lab.generation.models import cpu_bf16_is_fast, hold_in_dtype
 
@@ -94,12 +94,6 @@ def test_the_lm_head_sees_a_contiguous_input_while_decoding_and_the_hook_goes_af
         plain = model(input_ids=ids, logits_to_keep=1).logits
     assert seen[-1] is False and torch.equal(kept, plain)
     assert not model.lm_head._forward_pre_hooks
-
-
-def test_greedy_takes_the_first_maximum_as_argmax_does():
-    logits = torch.tensor([[0.0, 2.0, 2.0, 1.0], [3.0, 3.0, 3.0, 3.0]]).to(torch.bfloat16)
-    token, logp, entropy = decoding._sample(logits, 0.0, 1.0)
-    assert token.tolist() == logits.float().argmax(-1).tolist() == [1, 0] and logp is None
 
 
 @pytest.mark.model
