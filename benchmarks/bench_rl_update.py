@@ -33,6 +33,18 @@ from coa_lab.rl.rollouts import score_rollouts  # noqa: E402
 from coa_lab.rl.update import policy_update  # noqa: E402
 
 
+def sampled_groups(preset, model, tok, n: int) -> tuple[list, list]:
+    """(groups, shaped rewards): `n` held-out arithmetic questions, rl.group_size rollouts each, sampled at
+    the RL temperature by `model` and scored as RL scores them."""
+    rl, compute = preset.rl, (lambda: compute_context(model, preset.model))
+    tasks = draw_tasks(preset, {"math/arith": n}, "eval")
+    rollouts = run_coa(HFGenerator(model, tok, preset.gen.batch_size, compute=compute), tasks, make_tools(preset),
+                       preset.gen, samples=rl.group_size, temperature=rl.temperature)
+    _, shaped = score_rollouts(rollouts, preset.gen.max_response_tokens, rl.overlong_buffer)
+    groups = [rollouts[i:i + rl.group_size] for i in range(0, len(rollouts), rl.group_size)]
+    return groups, [shaped[i:i + rl.group_size] for i in range(0, len(shaped), rl.group_size)]
+
+
 def main() -> int:
     import torch
 
@@ -48,13 +60,9 @@ def main() -> int:
     random.seed(preset.seed)
     model, tok = load_model(preset.model, adapter=adapter, trainable=True)
     compute = lambda: compute_context(model, preset.model)  # noqa: E731
-    tasks = draw_tasks(preset, {"math/arith": args.groups}, "eval")
     rl = preset.rl
-    rollouts = run_coa(HFGenerator(model, tok, preset.gen.batch_size, compute=compute), tasks, make_tools(preset),
-                       preset.gen, samples=rl.group_size, temperature=rl.temperature)
-    _, shaped = score_rollouts(rollouts, preset.gen.max_response_tokens, rl.overlong_buffer)
-    groups = [rollouts[i:i + rl.group_size] for i in range(0, len(rollouts), rl.group_size)]
-    rewards = [shaped[i:i + rl.group_size] for i in range(0, len(shaped), rl.group_size)]
+    groups, rewards = sampled_groups(preset, model, tok, args.groups)
+    rollouts = [r for g in groups for r in g]
     real = sum(len(r.prompt_ids) + len(r.response_ids) for r in rollouts)
     shared = sum(len(g[0].prompt_ids) + sum(len(r.response_ids) for r in g) for g in groups)  # upper bound of packing
     width = sum(max(len(r.prompt_ids) + len(r.response_ids) for r in g) * len(g) for g in groups)

@@ -67,6 +67,20 @@ def train(preset, rows, steps: int, lab: bool, out: Path) -> tuple[float, int, i
     return time.perf_counter() - t0, counts[0], counts[1]
 
 
+def training_records(data: str | None, examples: int) -> tuple[list, str]:
+    """(the first `examples` trajectories, where they came from): the demo's kept ones (`data` "demo",
+    the default where `make demo` wrote them) or the shipped ToRA GSM8K + FireAct HotpotQA ones."""
+    demo_kept = runs_dir() / "demo" / "distill" / "kept.jsonl"
+    data = data or ("demo" if demo_kept.exists() else "shipped")
+    if data == "demo":
+        if not demo_kept.exists():
+            raise SystemExit(f"--data demo needs {demo_kept}: run `make demo` first (or use --data shipped)")
+        return load_records(demo_kept)[:examples], "the demo's kept trajectories (runs/demo/distill/kept.jsonl)"
+    records = [t.to_record() for t in load_imported(DATASETS_DIR / "trajectories" / "tora70b_gsm8k.jsonl")]
+    records += [t.to_record() for t in load_imported(DATASETS_DIR / "trajectories" / "fireact_hotpotqa_react.jsonl")]
+    return records[:examples], "shipped trajectories (ToRA GSM8K + FireAct HotpotQA)"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--examples", type=int, default=24)
@@ -75,18 +89,7 @@ def main() -> int:
     ap.add_argument("--data", choices=["demo", "shipped"], default=None)
     args = ap.parse_args()
     preset = get_preset(args.preset)
-    demo_kept = runs_dir() / "demo" / "distill" / "kept.jsonl"
-    data = args.data or ("demo" if demo_kept.exists() else "shipped")
-    if data == "demo":
-        if not demo_kept.exists():
-            raise SystemExit(f"--data demo needs {demo_kept}: run `make demo` first (or use --data shipped)")
-        records = load_records(demo_kept)
-        source = f"the demo's kept trajectories ({demo_kept})"
-    else:
-        records = [t.to_record() for t in load_imported(DATASETS_DIR / "trajectories" / "tora70b_gsm8k.jsonl")]
-        records += [t.to_record() for t in load_imported(DATASETS_DIR / "trajectories" / "fireact_hotpotqa_react.jsonl")]
-        source = "shipped trajectories (ToRA GSM8K + FireAct HotpotQA)"
-    records = records[: args.examples]
+    records, source = training_records(args.data, args.examples)
     model, tokenizer = load_model(preset.model)
     n_params = sum(p.numel() for p in model.parameters())
     rows = [encode_example(tokenizer, record_messages(r), r.text, preset.sft.max_length) for r in records]

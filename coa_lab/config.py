@@ -33,6 +33,10 @@ class ModelConfig:
     # every linear layer of a Llama / Qwen2 decoder layer
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     gradient_checkpointing: bool = False  # a 135M model's activations fit; the GPU presets trade time for memory
+    # training's decoder layers through torch.compile on a CPU (training/compiled_layers.py): fused casts and
+    # elementwise ops, exact in fp32, nearer fp32 under bf16 autocast (benchmarks/bench_compile.py); needs a
+    # C++ compiler, else eager
+    cpu_compile: bool = True
 
 
 @dataclass
@@ -109,6 +113,10 @@ class RLConfig:
     dynamic_sampling: bool = True  # DAPO: groups with no reward spread carry no signal and are dropped
     loss_agg: str = "token"  # DAPO's token-level loss; "sequence": GRPO's per-sample mean (notebook 07)
     max_sampling_rounds: int = 1  # extra draws to refill groups that had no signal
+    # the next round's first questions sampled in the first round's pass: a second round's questions and policy
+    # without its pass, unused ones back to the pool (rl/rollouts.py). Off: on a CPU a step costs by its rows,
+    # and 2 spares cost more than the second passes they saved (benchmarks/bench_spares.py)
+    spare_groups: int = 0
     overlong_buffer: int = 64  # DAPO's soft overlong punishment window before max_response_tokens
     overlong_filter: bool = True  # truncated samples are masked out of the loss (DAPO)
     temperature: float = 0.8  # DAPO samples at 1.0, which read no better on validation (docs/design.md)
@@ -190,6 +198,7 @@ def _cpu_smoke() -> Preset:
     that stages run, not the recipe's numbers: RL at 5e-5 with no warm-up (one step), ToRA imported too."""
     return Preset(
         name="cpu-smoke",
+        model=ModelConfig(cpu_compile=False),  # compiling the layers takes longer than a smoke stage trains
         gen=GenerationConfig(max_new_tokens=48, max_turns=2, max_response_tokens=160, batch_size=8),
         capture=CaptureConfig(tasks={"math/arith": 2, "mhqa/lookup": 2}, teacher_max_new_tokens=32,
                               multi_hop_tasks={"math/arith": 1}),

@@ -7,6 +7,10 @@ decoding that copy is of the whole KV cache at every step and every layer: measu
 one 32-row decode step over a 300-token cache spent 9.4 ms per layer in repeat+SDPA and
 2.4 ms with `enable_gqa=True` (identical output). Registered under its own name so the
 masks are still built the sdpa way; GPU models keep transformers' default.
+
+Registered outside torch.compile's graphs: training compiles each decoder layer
+(coa_lab/training/compiled_layers.py), and a packed row's loop over its sequences would compile
+once per number of sequences; the attention runs eager between the layer's graphs instead.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ def sdpa_gqa_attention(module, query, key, value, attention_mask, dropout: float
 
 def use_native_gqa(model) -> bool:
     """Switch a CPU model from "sdpa" to this attention; returns whether it did."""
+    import torch
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
@@ -41,7 +46,7 @@ def use_native_gqa(model) -> bool:
         return False
     if next(model.parameters()).device.type != "cpu":
         return False
-    AttentionInterface.register(NAME, sdpa_gqa_attention)
+    AttentionInterface.register(NAME, torch.compiler.disable(sdpa_gqa_attention))
     ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
     config._attn_implementation = NAME
     return True

@@ -5,7 +5,8 @@ pays for a GPU (tests/e2e/test_presets_shrunk.py).
 The rule, applied to any preset:
 1. counts: cpu-smoke's (`smoke_counts`): at most 2 tasks per benchmark of every mix (1 per multi-hop and
    validation benchmark), 2 imported trajectories per file, 1 SFT epoch, 1 RL step of at most 2 x 2
-   with no refill draws, at most 2 screening samples and 2 evaluation samples;
+   with no refill draws, at most 2 screening samples and 2 evaluation samples; training's layers not compiled
+   (model.cpu_compile: compiling takes longer than such a stage trains);
 2. sizes: no length, batch, turn or hop above cpu-smoke's (`CPU_CAPS`); accumulation, mini-batches and
    the KV budget keep their role, at most 2 of each;
 3. the model: the embedded SmolLM2-135M (the hub is out of reach) in the preset's dtype, LoRA rank and
@@ -47,6 +48,7 @@ def smoke_counts(preset: Preset) -> Preset:
     c, r, e = preset.capture, preset.rl, preset.eval
     return dataclasses.replace(
         preset,
+        model=dataclasses.replace(preset.model, cpu_compile=False),
         capture=dataclasses.replace(c, tasks=_cut(c.tasks), multi_hop_tasks=_cut(c.multi_hop_tasks, 1)),
         distill=dataclasses.replace(preset.distill, imported_per_suite=min(preset.distill.imported_per_suite, SMOKE)),
         sft=dataclasses.replace(preset.sft, epochs=1),

@@ -43,11 +43,19 @@ class TaskCycle:
 
     def __init__(self, items: list, rng: random.Random | None = None):
         self.items, self.pos, self.rng = list(items), len(items), rng  # the first draw shuffles
+        self.pending: list = []  # handed back by `unread`: drawn next, before the pass goes on
 
     def __iter__(self):
         return self
 
+    def unread(self, tasks: list) -> None:
+        """Take back the last `tasks` drawn (in the order drawn): the next draws return them first, so
+        questions drawn early and not used (rl/rollouts.py's spares) leave the stream as it was."""
+        self.pending = list(tasks) + self.pending
+
     def __next__(self):
+        if self.pending:
+            return self.pending.pop(0)
         if self.pos >= len(self.items):
             (self.rng or random).shuffle(self.items)
             self.pos = 0
@@ -55,7 +63,7 @@ class TaskCycle:
         return self.items[self.pos - 1]
 
     def state(self) -> dict:
-        out = {"order": [t.id for t in self.items], "pos": self.pos}
+        out = {"order": [t.id for t in self.items], "pos": self.pos, "pending": [t.id for t in self.pending]}
         if self.rng is not None:
             out["rng"] = self.rng.getstate()
         return out
@@ -65,6 +73,7 @@ class TaskCycle:
         if set(by_id) != set(state["order"]):
             raise ValueError("the checkpoint was trained on another pool: resume with the same tasks")
         self.items, self.pos = [by_id[i] for i in state["order"]], state["pos"]
+        self.pending = [by_id[i] for i in state.get("pending", [])]  # absent in checkpoints from before spares
         if self.rng is not None and state.get("rng") is not None:
             self.rng.setstate(state["rng"])
 

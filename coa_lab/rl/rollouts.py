@@ -5,6 +5,8 @@ sampling)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from coa_lab import protocol
@@ -46,6 +48,30 @@ def score_rollouts(rollouts: list[Rollout], max_len: int, buffer: int,
     return base, [b + s for b, s in zip(base, shaping)]
 
 
+@dataclass
+class _Group:
+    """One question's sampled group, scored."""
+    task: object
+    rollouts: list
+    accuracy: list[float]
+    scores: list[float]
+    anchor: bool = False
+
+
+def _sample_groups(generator, tasks: list, tools, preset: Preset) -> list[_Group]:
+    """A group of rl.group_size rollouts per task, in one decode pass, each scored."""
+    if not tasks:
+        return []
+    rl, gen, size = preset.rl, preset.gen, preset.rl.group_size
+    # in a launched run each rank rolls out its share and all get the whole batch back
+    rollouts = run_coa_across_ranks(generator, tasks, tools, gen, samples=size, temperature=rl.temperature,
+                                    progress="sample")
+    accuracy, scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer, rl.format_reward)
+    return [_Group(task, rollouts[g * size:(g + 1) * size], accuracy[g * size:(g + 1) * size],
+                   scores[g * size:(g + 1) * size])
+            for g, task in enumerate(tasks)]
+
+
 def collect_batch(generator, pool_iter, tools, preset: Preset,
                   anchor_iter=None) -> tuple[list[list[Rollout]], list[list[float]], dict]:
     """Sample groups until `prompts_per_step` informative groups are collected (or rounds run out).
@@ -55,44 +81,64 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
     (under rl.advantage = "rft" only an all-wrong group is dropped: dapo.informative_groups).
     The first round also samples `anchors_per_step` anchor questions (ones the SFT policy
     always solved): an anchor group only enters the batch if the policy has started to fail it.
+
+    Spares (rl.spare_groups): the next round's first questions are sampled in the first round's
+    pass, beside it. A pass lasts as long as its longest rollout, and its last steps run few rows,
+    so a handful more rows cost little there, where a second pass for one or two questions costs
+    a whole pass again. A round takes its questions from the spares first, in the order the pool
+    gave them, then from the pool; spares no round took go back to the pool's front
+    (TaskCycle.unread). So every round draws the questions, and the policy samples them, as
+    without spares: only the passes are fewer.
     """
-    rl, gen = preset.rl, preset.gen
+    rl = preset.rl
     groups, rewards, stats = [], [], {"sampled_groups": 0, "sampled_rollouts": 0,
                                       # the binary task reward and the shaped one (+ overlong punishment)
                                       "task_reward_sum": 0.0, "shaped_reward_sum": 0.0,
-                                      "solved": 0, "tool_calls": 0, "rounds": 0, "samples": [],
+                                      "solved": 0, "tool_calls": 0, "rounds": 0, "passes": 0, "samples": [],
                                       "anchor_groups": 0, "anchor_groups_kept": 0, "anchor_solved": 0}
+    spares: list[_Group] = []  # sampled beside the first round, for the rounds after it
+    # spares need a pool that takes questions back (rl/checkpoint.TaskCycle, what train_rl passes)
+    n_spares = rl.spare_groups if rl.dynamic_sampling and rl.max_sampling_rounds > 0 and hasattr(pool_iter, "unread") else 0
     for round_ in range(rl.max_sampling_rounds + 1):
         need = rl.prompts_per_step - len(groups)
         if need <= 0:
             break
-        tasks = [next(pool_iter) for _ in range(need)]
+        ready, spares = spares[:need], spares[need:]
+        tasks = [next(pool_iter) for _ in range(need - len(ready))]
         n_anchors = rl.anchors_per_step if (round_ == 0 and anchor_iter is not None) else 0
         tasks += [next(anchor_iter) for _ in range(n_anchors)]
-        need = len(tasks)
-        # in a launched run each rank rolls out its share and all get the whole batch back
-        rollouts = run_coa_across_ranks(generator, tasks, tools, gen, samples=rl.group_size,
-                                        temperature=rl.temperature, progress="sample")
-        accuracy, scores = score_rollouts(rollouts, gen.max_response_tokens, rl.overlong_buffer, rl.format_reward)
+        extra = [next(pool_iter) for _ in range(n_spares if round_ == 0 else 0)]
+        sampled = _sample_groups(generator, tasks + extra, tools, preset)
+        stats["passes"] += bool(sampled)
+        for anchor in sampled[len(tasks) - n_anchors:len(tasks)]:
+            anchor.anchor = True
+        spares += sampled[len(tasks):]
+        _tally(ready + sampled[:len(tasks)], groups, rewards, stats, rl)
         stats["rounds"] = round_ + 1
-        stats["sampled_groups"] += need
-        stats["sampled_rollouts"] += len(rollouts)
-        stats["task_reward_sum"] += sum(accuracy)
-        stats["shaped_reward_sum"] += sum(scores)
-        stats["solved"] += sum(a == 1.0 for a in accuracy)
-        stats["tool_calls"] += sum(r.tool_calls for r in rollouts)
-        stats["samples"] += list(zip(rollouts, accuracy, scores))
-        for g in range(need):
-            window = slice(g * rl.group_size, (g + 1) * rl.group_size)
-            keep = not rl.dynamic_sampling or bool(dapo.informative_groups(torch.tensor([accuracy[window]]),
-                                                                           rl.advantage)[0])
-            if g >= need - n_anchors:
-                stats["anchor_groups"] += 1
-                stats["anchor_groups_kept"] += keep
-                stats["anchor_solved"] += sum(a == 1.0 for a in accuracy[window])
-            if keep:
-                groups.append(rollouts[window])
-                rewards.append(scores[window])
         if not rl.dynamic_sampling:
             break
+    if spares:
+        pool_iter.unread([g.task for g in spares])  # they come first at the next step, as if never drawn
+    stats["spare_groups_unused"] = len(spares)
     return groups, rewards, stats
+
+
+def _tally(round_groups: list[_Group], groups: list, rewards: list, stats: dict, rl) -> None:
+    """Count one round's groups into `stats` and keep the informative ones (all of them without
+    dynamic sampling)."""
+    for g in round_groups:
+        stats["sampled_groups"] += 1
+        stats["sampled_rollouts"] += len(g.rollouts)
+        stats["task_reward_sum"] += sum(g.accuracy)
+        stats["shaped_reward_sum"] += sum(g.scores)
+        stats["solved"] += sum(a == 1.0 for a in g.accuracy)
+        stats["tool_calls"] += sum(r.tool_calls for r in g.rollouts)
+        stats["samples"] += list(zip(g.rollouts, g.accuracy, g.scores))
+        keep = not rl.dynamic_sampling or bool(dapo.informative_groups(torch.tensor([g.accuracy]), rl.advantage)[0])
+        if g.anchor:
+            stats["anchor_groups"] += 1
+            stats["anchor_groups_kept"] += keep
+            stats["anchor_solved"] += sum(a == 1.0 for a in g.accuracy)
+        if keep:
+            groups.append(g.rollouts)
+            rewards.append(g.scores)

@@ -51,6 +51,7 @@ from coa_lab.rl.reference import ReferenceWeights
 from coa_lab.rl.rollouts import collect_batch
 from coa_lab.rl.update import policy_update, sft_only_update
 from coa_lab.student_rollout import Rollout
+from coa_lab.training.compiled_layers import compiled_layers
 from coa_lab.training.sft import encode_example, record_messages
 from coa_lab.trajectories import TrajectoryRecord, save_records
 
@@ -253,9 +254,10 @@ def _rl_step(preset: Preset, run: _Run, step: int, pool_iter, anchor_iter, tools
     sampled: the recipe's SFT steps on its rows."""
     t0, rl, pad_id = time.time(), preset.rl, run.tokenizer.pad_token_id
     if rl.pg_coef == 0:
-        row = {"step": step, "arm": "control",
-               **sft_only_update(run.model, run.optimizer, _sft_batches(preset, run), preset, pad_id, run.compute,
-                                 scaler=run.scaler, scheduler=run.scheduler)}
+        with compiled_layers(run.model, preset.model):
+            row = {"step": step, "arm": "control",
+                   **sft_only_update(run.model, run.optimizer, _sft_batches(preset, run), preset, pad_id, run.compute,
+                                     scaler=run.scaler, scheduler=run.scheduler)}
         row["sample_seconds"] = 0.0
         return row, [[]], {"sft_loss": f"{row['sft_loss']:.3f}"}  # one update made: the adapter is saved
     groups, rewards, s = collect_batch(run.generator, pool_iter, tools, preset, anchor_iter)
@@ -265,9 +267,10 @@ def _rl_step(preset: Preset, run: _Run, step: int, pool_iter, anchor_iter, tools
     accuracy = _group_accuracy(groups, samples)
     row = {**step_metrics(step, s, samples, groups, rewards, rl, accuracy), **_revisit(samples, seen, pool_ids)}
     if groups:
-        row.update(policy_update(run.model, run.optimizer, groups, rewards, preset, pad_id, run.compute,
-                                 reference=run.reference, sft_batches=_sft_batches(preset, run), scaler=run.scaler,
-                                 scheduler=run.scheduler, accuracy=accuracy))
+        with compiled_layers(run.model, preset.model):  # fused layers for the update only: the sampler runs eager
+            row.update(policy_update(run.model, run.optimizer, groups, rewards, preset, pad_id, run.compute,
+                                     reference=run.reference, sft_batches=_sft_batches(preset, run), scaler=run.scaler,
+                                     scheduler=run.scheduler, accuracy=accuracy))
         if run.scaler.is_enabled():  # fp16: a scale that keeps falling means overflowing steps, skipped
             row["loss_scale"] = run.scaler.get_scale()
         if hasattr(run.generator, "refresh"):  # the int8 copy: rebuilt from the new weights

@@ -30,6 +30,7 @@ from coa_lab.progress import progress_bar
 from coa_lab.prompts import task_messages
 from coa_lab.protocol import PROFILE_TOOLS, observation_spans
 from coa_lab.training import packing
+from coa_lab.training.compiled_layers import compiled_layers
 from coa_lab.training.lm_head import nll_at
 from coa_lab.trajectories import TrajectoryRecord
 
@@ -243,7 +244,8 @@ def train_sft(preset: Preset, records: list[TrajectoryRecord], out_dir: str | Pa
                       callbacks=[progress_callback(), *(callbacks or [])])
     trainer.remove_callback(PrinterCallback)  # its per-step log dicts: the bar shows the loss instead
     checkpoint = latest_checkpoint(out_dir) if resume else None
-    output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    with compiled_layers(model, preset.model):  # inductor's fused layers while training (training/compiled_layers.py)
+        output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     adapter_dir = out_dir / "adapter"
     trainer.save_model(str(adapter_dir))  # rank 0 writes; FSDP / ZeRO-3 shards are gathered first

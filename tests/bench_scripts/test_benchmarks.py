@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from coa_lab.config import get_preset
+
 pytestmark = pytest.mark.model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +39,27 @@ def test_sft_benchmark_says_what_is_missing(tmp_path):
     done = subprocess.run([sys.executable, "-m", "benchmarks.bench_sft", "--data", "demo"],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "make demo" in done.stderr
+
+
+def test_compile_benchmark_times_both_arms_from_one_start(tmp_path):
+    out = _bench("compile", ["--examples", "4", "--steps", "2", "--rl-groups", "1", "--repeats", "1",
+                             "--data", "shipped"], tmp_path)
+    assert out["eager_s_per_step"] > 0 and out["compiled_s_per_step"] > 0 and out["speedup"] > 0
+    # the first loss is read before any update: the two arms differ only by rounding there
+    first = out["losses"]["eager"][0], out["losses"]["compiled"][0]
+    assert first[1] == pytest.approx(first[0], rel=1e-2)
+    update = out["rl_update"]
+    assert update["eager"]["seconds"] > 0 and update["compiled"]["seconds"] > 0 and update["train_tokens"] > 0
+
+
+def test_spares_benchmark_runs_both_arms_on_the_same_streams(tmp_path):
+    out = _bench("spares", ["--steps", "1", "--spares", "1"], tmp_path)
+    without, with_ = out["per_step"]["without"], out["per_step"]["with"]
+    assert without["seconds"] > 0 and with_["seconds"] > 0 and without["spare_groups_unused"] == 0
+    assert without["passes"] >= 1 and with_["passes"] >= 1
+    # the first pass decodes the spare beside the questions and anchors, whether a round takes it or not
+    rl = get_preset("cpu-smoke").rl
+    assert with_["sampled_rollouts"] >= (rl.prompts_per_step + rl.anchors_per_step + 1) * rl.group_size
 
 
 def test_rl_update_benchmark_gives_the_same_loss_both_ways(tmp_path):
