@@ -83,12 +83,12 @@ def collect_batch(generator, pool_iter, tools, preset: Preset,
     always solved): an anchor group only enters the batch if the policy has started to fail it.
 
     Spares (rl.spare_groups): the next round's first questions are sampled in the first round's
-    pass, beside it. A pass lasts as long as its longest rollout, and its last steps run few rows,
-    so a handful more rows cost little there, where a second pass for one or two questions costs
-    a whole pass again. A round takes its questions from the spares first, in the order the pool
-    gave them, then from the pool; spares no round took go back to the pool's front
-    (TaskCycle.unread). So every round draws the questions, and the policy samples them, as
-    without spares: only the passes are fewer.
+    pass, beside it, since a second pass for one or two questions lasts as long as its longest
+    rollout. A round takes its questions from the spares first, in the order the pool gave them,
+    then from the pool; spares no round took go back to the pool's front (TaskCycle.unread). So
+    every round draws the questions, and the policy samples them, as without spares: only the
+    passes are fewer. Off in the recipe: on a CPU a decode step costs by its rows, and the spares'
+    rows cost more than the second passes they saved (benchmarks/bench_spares.py).
     """
     rl = preset.rl
     groups, rewards, stats = [], [], {"sampled_groups": 0, "sampled_rollouts": 0,
