@@ -122,9 +122,8 @@ def test_smoke_runs_do_not_compile():
 @pytest.mark.model
 @needs_compiler
 def test_bf16_compiled_training_stays_closer_to_fp32_than_eager_autocast():
-    """Eager autocast rounds each LoRA layer's output (base + the adapter's small delta) to bf16 before the
-    fp32 residual add, so part of every update is lost: its losses lag fp32's. The fused layer adds in fp32.
-    Four SFT steps of the embedded model on shipped trajectories, from one initialisation: the compiled bf16
+    """Eager autocast's losses lag fp32's (it rounds each LoRA layer's output, base + the adapter's small
+    delta, to bf16: the likeliest reason); the fused layer keeps fp32 inside. Four SFT steps of the embedded model on shipped trajectories, from one initialisation: the compiled bf16
     run's losses sit nearer fp32's than eager bf16's (benchmarks/bench_compile.py)."""
     from coa_lab.generation.models import cpu_bf16_is_fast, load_model
     from coa_lab.distill.importers import load_imported
