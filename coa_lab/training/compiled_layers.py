@@ -84,6 +84,9 @@ def compiled_layers(model, cfg: ModelConfig):
         layer._compiled_call_impl = layer._coa_compiled
     try:
         yield bool(layers)
+    except torch._dynamo.exc.BackendCompilerFailed as exc:  # a broken compiler set-up: say how to train without
+        raise RuntimeError("compiling the decoder layers for training failed (inductor: see the cause above); "
+                           "train them eager with --set model.cpu_compile=false") from exc
     finally:
         for layer in layers:
             layer._compiled_call_impl = None

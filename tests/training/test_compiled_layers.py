@@ -157,3 +157,14 @@ def test_bf16_compiled_training_stays_closer_to_fp32_than_eager_autocast():
         return sum(abs(x - y) for x, y in zip(xs[1:], fp32[1:]))  # after the first update
 
     assert gap(compiled) < gap(eager), (fp32, eager, compiled)
+
+
+@needs_compiler
+def test_a_failed_compile_says_how_to_train_without_it():
+    model = _tiny_lora()
+    failure = torch._dynamo.exc.BackendCompilerFailed(lambda *a: None, OSError("cc1plus: not found"), None)
+    with pytest.raises(RuntimeError, match="model.cpu_compile=false") as caught:
+        with cl.compiled_layers(model, COMPILE):
+            raise failure
+    assert caught.value.__cause__ is failure
+    assert all(layer._compiled_call_impl is None for layer in cl.decoder_layers(model))  # eager again after
